@@ -1,0 +1,47 @@
+"""What the scheduler hands the model runner for one step: a token budget spread over sequences.
+A prefill chunk and a decode are the same thing here, a run of new tokens after the ones whose
+KV is already cached."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.request import SamplingParams
+
+
+@dataclass
+class ScheduledSeq:
+    seq_id: int
+    token_ids: list[int]  # the sequence's tokens so far (prompt + outputs); read, never mutated
+    num_computed: int  # tokens whose K/V is already in the cache: the first new token's position
+    num_new: int  # tokens to run this step (a prompt chunk, or 1 for a decode)
+    block_table: list[int]  # KV blocks covering at least num_computed + num_new tokens
+    sampling: SamplingParams
+    sample: bool  # False for a prompt chunk that does not reach the prompt's end
+    num_outputs: int = 0  # tokens generated so far, for min_tokens and per-request seeds
+
+    @property
+    def seq_len(self) -> int:
+        return self.num_computed + self.num_new
+
+
+@dataclass
+class ScheduledBatch:
+    seqs: list[ScheduledSeq]
+    num_steps: int = 1  # multi-step: decode-only batches run this many forwards per schedule
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_new for s in self.seqs)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(s.num_new for s in self.seqs if s.num_new > 1 or not s.num_outputs)
+
+    @property
+    def num_decode_seqs(self) -> int:
+        return sum(1 for s in self.seqs if s.num_new == 1 and s.num_outputs)
+
+    @property
+    def is_decode_only(self) -> bool:
+        return all(s.num_new == 1 and s.num_outputs for s in self.seqs)

@@ -1,0 +1,60 @@
+"""The small plain objects a request travels in: what the caller asks for (SamplingParams), what the
+engine streams back (RequestOutput). Timestamps are time.perf_counter() seconds (CLOCK_MONOTONIC,
+so comparable across processes on one machine)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class FinishReason(str, Enum):
+    STOP = "stop"  # EOS or a stop token
+    LENGTH = "length"  # max_tokens reached
+    ABORT = "abort"  # abort(request_id)
+    REJECTED = "rejected"  # can never fit (too long for max_model_len or the KV pool)
+    ERROR = "error"  # bad input for this request (empty prompt, token id out of vocabulary, ...)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 16
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0
+    seed: int | None = None  # per-request generator; None = engine-global randomness
+    ignore_eos: bool = False
+    stop_token_ids: tuple[int, ...] = ()
+    min_tokens: int = 0  # EOS and stop tokens are ignored before this many outputs
+
+    def problem(self) -> str | None:
+        """Why these parameters are unusable, or None. Checked per request so one bad request
+        fails alone instead of stopping the engine."""
+        if self.max_tokens < 1:
+            return f"max_tokens must be >= 1, got {self.max_tokens}"
+        if self.temperature < 0:
+            return f"temperature must be >= 0, got {self.temperature}"
+        if self.top_k < 0:
+            return f"top_k must be >= 0, got {self.top_k}"
+        if not 0 < self.top_p <= 1:
+            return f"top_p must be in (0, 1], got {self.top_p}"
+        if self.min_tokens < 0 or self.min_tokens > self.max_tokens:
+            return f"min_tokens must be in [0, max_tokens], got {self.min_tokens}"
+        return None
+
+
+@dataclass
+class RequestOutput:
+    """What one engine step produced for one request. A step may carry several tokens
+    (multi-step scheduling): they share one emit time, as a streamed chunk does."""
+
+    request_id: str
+    new_token_ids: list[int]
+    finished: bool = False
+    finish_reason: FinishReason | None = None
+    error: str | None = None
+    t_emit: float = 0.0  # when these tokens left the engine's output processing
+    t_scheduled: float | None = None  # first time the request was scheduled (set on its first output)
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    token_ids: list[int] = field(default_factory=list)  # all output tokens so far, on the finished output

@@ -1,0 +1,3 @@
+"""llmbench: benchmark and profile LLM inference with a bundled, switchable engine."""
+
+__version__ = "0.1.0"
