@@ -1,4 +1,7 @@
 import os
 
-# Triton kernels run in the interpreter on CPU; it must be set before any @triton.jit is defined.
-os.environ.setdefault("TRITON_INTERPRET", "1")
+import torch
+
+# Without a GPU, Triton kernels run in the interpreter; it must be set before any @triton.jit is defined.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
