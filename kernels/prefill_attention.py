@@ -1,0 +1,153 @@
+"""Prefill attention over the paged KV cache: any number of new tokens per sequence (varlen), causal over
+the sequence's whole cached K/V, a cached prefix and earlier chunks included, and the chunk itself
+(already written). One launch serves chunked prefill and mixed prefill + decode batches."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.attention import LOG2E, _online_softmax_step, _paged_offsets
+
+# launch parameters, tuned on an H200 for Llama-3-8B heads (see results/h200/kernels.json)
+PREFILL_LAUNCH = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2}
+
+
+@triton.jit
+def _prefill_kernel(
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    block_tables_ptr,
+    query_start_loc_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    qk_scale,
+    stride_q_token,
+    stride_q_head,
+    stride_block,
+    stride_row,
+    stride_head,
+    stride_table,
+    stride_out_token,
+    stride_out_head,
+    num_seqs,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    # The grid has T // BLOCK_M + B query blocks; sequence b owns those from query_start_loc[b] // BLOCK_M + b
+    # on, which is always enough for its queries. Binary search finds this program's sequence.
+    pid = tl.program_id(0)
+    head = tl.program_id(1)
+    lo = pid * 0
+    hi = lo + num_seqs - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        owns = tl.load(query_start_loc_ptr + mid) // BLOCK_M + mid <= pid
+        lo = tl.where(owns, mid, lo)
+        hi = tl.where(owns, hi, mid - 1)
+    seq = lo
+    q_start = tl.load(query_start_loc_ptr + seq)
+    q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
+    q_block = pid - (q_start // BLOCK_M + seq)
+    if q_block * BLOCK_M >= q_len:
+        return
+    seq_len = tl.load(seq_lens_ptr + seq)
+    cached = seq_len - q_len
+
+    offs_m = q_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    mask_m = offs_m < q_len
+    tokens = (q_start + offs_m).to(tl.int64)
+    q = tl.load(
+        q_ptr + tokens[:, None] * stride_q_token + head * stride_q_head + offs_d[None, :],
+        mask=mask_m[:, None],
+        other=0.0,
+    )
+    q_pos = cached + offs_m
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    denom = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    block_table_row = block_tables_ptr + seq.to(tl.int64) * stride_table
+    kv_head_offset = (head // GROUP).to(tl.int64) * stride_head
+
+    # keys before this block's first query are visible to every row: no causal mask needed
+    visible_to_all = cached + q_block * BLOCK_M
+    for start in range(0, visible_to_all, BLOCK_N):
+        offs_n = start + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < visible_to_all
+        kv_offs = _paged_offsets(
+            block_table_row, offs_n, mask_n, kv_head_offset, offs_d, stride_block, stride_row, BLOCK_SIZE
+        )
+        k = tl.load(k_cache_ptr + kv_offs, mask=mask_n[:, None], other=0.0)
+        v = tl.load(v_cache_ptr + kv_offs, mask=mask_n[:, None], other=0.0)
+        acc, m, denom = _online_softmax_step(q, k, v, acc, m, denom, qk_scale, mask_n[None, :])
+
+    # the diagonal: keys among this block's own queries
+    diagonal_end = tl.minimum(seq_len, visible_to_all + BLOCK_M)
+    for start in range(visible_to_all, diagonal_end, BLOCK_N):
+        offs_n = start + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < diagonal_end
+        kv_offs = _paged_offsets(
+            block_table_row, offs_n, mask_n, kv_head_offset, offs_d, stride_block, stride_row, BLOCK_SIZE
+        )
+        k = tl.load(k_cache_ptr + kv_offs, mask=mask_n[:, None], other=0.0)
+        v = tl.load(v_cache_ptr + kv_offs, mask=mask_n[:, None], other=0.0)
+        causal = (offs_n[None, :] <= q_pos[:, None]) & mask_n[None, :]
+        acc, m, denom = _online_softmax_step(q, k, v, acc, m, denom, qk_scale, causal)
+
+    out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
+    out_ptrs = out_ptr + tokens[:, None] * stride_out_token + head * stride_out_head + offs_d[None, :]
+    tl.store(out_ptrs, out, mask=mask_m[:, None])
+
+
+def paged_prefill_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """q [T, Hq, D]; sequence b's queries are rows query_start_loc[b]:query_start_loc[b+1], at positions
+    seq_lens[b] - q_len .. seq_lens[b] - 1, each attending causally to all of that sequence's cached K/V.
+    Returns [T, Hq, D]."""
+    num_tokens, num_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    out = torch.empty_like(q)
+    num_seqs = seq_lens.shape[0]
+    if num_tokens == 0:
+        return out
+    block_m = PREFILL_LAUNCH["block_m"]
+    _prefill_kernel[(num_tokens // block_m + num_seqs, num_heads)](
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        query_start_loc,
+        seq_lens,
+        out,
+        scale * LOG2E,
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        block_tables.stride(0),
+        out.stride(0),
+        out.stride(1),
+        num_seqs,
+        GROUP=num_heads // num_kv_heads,
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size,
+        BLOCK_M=block_m,
+        BLOCK_N=PREFILL_LAUNCH["block_n"],
+        num_warps=PREFILL_LAUNCH["num_warps"],
+        num_stages=PREFILL_LAUNCH["num_stages"],
+    )
+    return out
