@@ -1,0 +1,48 @@
+"""NVTX ranges in the `llmbench` domain, for Nsight Systems timelines and `nsys stats nvtx_sum`.
+
+`nvtx_ranges()` returns None unless a profiler has attached an NVTX tool to this process, so the
+hot path pays one `is not None` check per phase when nobody is listening. The `nvtx` package is
+used rather than `torch.cuda.nvtx`, which raises on a CPU-only torch build."""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+DOMAIN = "llmbench"
+
+
+class NvtxRanges:
+    """Push/pop ranges in one NVTX domain. Event attributes are built once per phase name."""
+
+    def __init__(self, domain) -> None:
+        self._domain = domain
+        self._attributes: dict[str, object] = {}
+
+    def push(self, name: str) -> None:
+        attributes = self._attributes.get(name)
+        if attributes is None:
+            attributes = self._attributes[name] = self._domain.get_event_attributes(message=name)
+        self._domain.push_range(attributes)
+
+    def push_step(self, step: int) -> None:
+        # one message per step, not cached: the cache would grow with the run's length
+        self._domain.push_range(message=f"step {step}")
+
+    def pop(self) -> None:
+        self._domain.pop_range()
+
+
+def nvtx_ranges() -> NvtxRanges | None:
+    """Ranges for the `llmbench` domain when a profiler is attached, else None."""
+    try:
+        import nvtx
+    except ImportError:
+        return None
+    domain = nvtx.get_domain(DOMAIN)
+    # without an attached tool nvtx hands out a dummy domain whose calls do nothing
+    if not isinstance(domain, nvtx.Domain):
+        return None
+    logger.info("NVTX tool attached: recording ranges in domain %r", DOMAIN)
+    return NvtxRanges(domain)

@@ -1,0 +1,160 @@
+"""Read the CSV tables `nsys stats --format csv` writes (nvtx_sum, cuda_gpu_kern_sum, cuda_api_sum)
+and fold them into the summary kept as profile.json: time per engine phase, top kernels, CUDA API
+totals, and the GPU idle time between steps."""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import re
+from pathlib import Path
+
+from engine.nvtx_ranges import DOMAIN
+
+logger = logging.getLogger(__name__)
+
+REPORTS = ("nvtx_sum", "cuda_gpu_kern_sum", "cuda_api_sum")
+TOP_KERNELS = 15
+TOP_API_CALLS = 15
+
+_MS_PER_UNIT = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+_UNIT = re.compile(r"\((ns|us|ms|s)\)\s*$")
+_STEP = re.compile(r"^step \d+$")
+
+
+def _number(text: str) -> float:
+    # the table format groups digits with commas; some versions carry that into CSV
+    return float(text.replace(",", "").strip() or "nan")
+
+
+def _column(header: list[str], prefixes: tuple[str, ...]) -> str | None:
+    for name in header:
+        if name.strip().startswith(prefixes):
+            return name
+    return None
+
+
+def parse_stats_csv(text: str) -> list[dict]:
+    """Rows of one nsys stats CSV table as {name, total_ms, count, avg_ms, min_ms, max_ms}.
+
+    Tolerates the lines nsys prints before the table ("Generating SQLite file ...",
+    "Processing [...] with [...]...") and any column order; an empty or skipped report
+    ("SKIPPED: ... does not contain ...") gives no rows."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if "Total Time" in line), None)
+    if start is None:
+        return []
+    reader = csv.reader(io.StringIO("\n".join(lines[start:])))
+    header = [name.strip() for name in next(reader)]
+    total = _column(header, ("Total Time",))
+    unit = _UNIT.search(total)
+    scale = _MS_PER_UNIT[unit.group(1)] if unit else _MS_PER_UNIT["ns"]
+    count = _column(header, ("Instances", "Num Calls", "Count"))
+    name = _column(header, ("Range", "Name"))
+    times = {
+        key: _column(header, (prefix,)) for key, prefix in (("avg", "Avg"), ("min", "Min"), ("max", "Max"))
+    }
+    if count is None or name is None:
+        raise ValueError(f"unrecognised nsys stats table header: {','.join(header)}")
+
+    rows = []
+    for fields in reader:
+        if len(fields) != len(header):
+            break  # a blank line or the next report's banner ends this table
+        record = dict(zip(header, fields, strict=True))
+        row = {
+            "name": record[name],
+            "total_ms": _number(record[total]) * scale,
+            "count": int(_number(record[count])),
+        }
+        for key, column in times.items():
+            if column is not None:
+                row[f"{key}_ms"] = _number(record[column]) * scale
+        rows.append(row)
+    return rows
+
+
+def _with_shares(rows: list[dict], whole_ms: float) -> list[dict]:
+    return [{**row, "share": row["total_ms"] / whole_ms if whole_ms > 0 else 0.0} for row in rows]
+
+
+def _llmbench_ranges(rows: list[dict]) -> list[dict]:
+    """Our domain's ranges with the `llmbench:` prefix dropped; other domains (libraries) left out."""
+    prefix = f"{DOMAIN}:"
+    return [{**row, "name": row["name"][len(prefix) :]} for row in rows if row["name"].startswith(prefix)]
+
+
+def _steps(ranges: list[dict]) -> dict:
+    steps = [row for row in ranges if _STEP.match(row["name"])]
+    count = sum(row["count"] for row in steps)
+    total = sum(row["total_ms"] for row in steps)
+    return {
+        "count": count,
+        "total_ms": total,
+        "avg_ms": total / count if count else 0.0,
+        "min_ms": min((row.get("min_ms", row["total_ms"]) for row in steps), default=0.0),
+        "max_ms": max((row.get("max_ms", row["total_ms"]) for row in steps), default=0.0),
+    }
+
+
+def _phases(ranges: list[dict], step_total_ms: float) -> list[dict]:
+    phases = [
+        {key: row[key] for key in ("name", "total_ms", "count", "avg_ms") if key in row}
+        for row in ranges
+        if not _STEP.match(row["name"])
+    ]
+    phases.sort(key=lambda row: -row["total_ms"])
+    return _with_shares(phases, step_total_ms)
+
+
+def _top(rows: list[dict], limit: int) -> tuple[float, list[dict]]:
+    whole = sum(row["total_ms"] for row in rows)
+    ordered = sorted(rows, key=lambda row: -row["total_ms"])[:limit]
+    return whole, _with_shares(ordered, whole)
+
+
+def summarize(nvtx: list[dict], kernels: list[dict], cuda_api: list[dict]) -> dict:
+    """profile.json's nsys part from the three parsed tables."""
+    ranges = _llmbench_ranges(nvtx)
+    steps = _steps(ranges)
+    kernel_ms, top_kernels = _top(kernels, TOP_KERNELS)
+    api_ms, top_api = _top(cuda_api, TOP_API_CALLS)
+    summary = {
+        "steps": steps,
+        "phases": _phases(ranges, steps["total_ms"]),
+        "kernels": {"total_ms": kernel_ms, "count": sum(row["count"] for row in kernels), "top": top_kernels},
+        "cuda_api": {"total_ms": api_ms, "count": sum(row["count"] for row in cuda_api), "top": top_api},
+        "gpu_idle": None,
+    }
+    if steps["total_ms"] > 0 and kernels:
+        # Host wall time of the captured steps minus GPU kernel time. An estimate: memcpy time
+        # counts as idle, and kernels overlapping on several streams count twice.
+        idle = max(steps["total_ms"] - kernel_ms, 0.0)
+        summary["gpu_idle"] = {
+            "total_ms": idle,
+            "per_step_ms": idle / steps["count"],
+            "share": idle / steps["total_ms"],
+        }
+    return summary
+
+
+def stats_csv_path(prefix: Path, report: str) -> Path:
+    """Where `nsys stats --output PREFIX` writes one report's table."""
+    return prefix.parent / f"{prefix.name}_{report}.csv"
+
+
+def load_stats(prefix: Path) -> dict:
+    """Parse the tables written under `prefix` and summarize them; a missing table (nsys skips a
+    report without data, e.g. no kernels in the captured steps) counts as empty."""
+    tables = {}
+    for report in REPORTS:
+        path = stats_csv_path(prefix, report)
+        if path.exists():
+            tables[report] = parse_stats_csv(path.read_text())
+        else:
+            logger.warning(
+                "nsys stats wrote no %s table (%s): no data of that kind was captured", report, path
+            )
+            tables[report] = []
+    return summarize(tables["nvtx_sum"], tables["cuda_gpu_kern_sum"], tables["cuda_api_sum"])

@@ -1,0 +1,82 @@
+"""The report's "Profile" section, rendered from profile.json as a self-contained HTML fragment."""
+
+from __future__ import annotations
+
+from html import escape
+
+NAME_WIDTH = 90  # kernel names run to hundreds of characters of template arguments
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 1] + "…"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _timed_rows(rows: list[dict]) -> list[list[str]]:
+    return [
+        [
+            f'<span title="{escape(row["name"])}">{escape(_short(row["name"]))}</span>',
+            f"{row['total_ms']:.3f}",
+            str(row["count"]),
+            f"{row['total_ms'] / row['count'] * 1e3:.1f}" if row["count"] else "-",
+            f"{row['share'] * 100:.1f}%",
+        ]
+        for row in rows
+    ]
+
+
+def _nsys(profile: dict) -> str:
+    steps = profile["steps"]
+    parts = [
+        f"<p>{steps['count']} steps, {steps['total_ms']:.2f} ms in total, "
+        f"{steps['avg_ms']:.3f} ms per step (host wall time of the NVTX step ranges).</p>",
+        "<h3>Time per engine phase</h3>",
+        "<p>Host time inside each NVTX phase range; share is of the steps' total.</p>",
+        _table(["phase", "total ms", "count", "avg µs", "share of steps"], _timed_rows(profile["phases"])),
+    ]
+    idle = profile.get("gpu_idle")
+    if idle is not None:
+        parts.append(
+            f"<p>GPU idle between steps: {idle['total_ms']:.2f} ms, {idle['per_step_ms']:.3f} ms per step, "
+            f"{idle['share'] * 100:.1f}% of step time (step wall time minus kernel time; an estimate).</p>"
+        )
+    kernels, api = profile["kernels"], profile["cuda_api"]
+    parts += [
+        "<h3>Top kernels</h3>",
+        f"<p>{kernels['count']} kernel launches, {kernels['total_ms']:.2f} ms of GPU time.</p>",
+        _table(["kernel", "total ms", "count", "avg µs", "share of GPU"], _timed_rows(kernels["top"])),
+        f"<h3>CUDA API</h3><p>{api['count']} calls, {api['total_ms']:.2f} ms.</p>",
+        _table(["call", "total ms", "count", "avg µs", "share"], _timed_rows(api["top"])),
+    ]
+    return "".join(parts)
+
+
+def _torch(profile: dict) -> str:
+    device = "device" if profile["cuda"] else "CPU"
+    rows = [
+        [
+            f'<span title="{escape(op["name"])}">{escape(_short(op["name"]))}</span>',
+            str(op["count"]),
+            f"{op['self_cpu_ms']:.3f}",
+            f"{op['cpu_total_ms']:.3f}",
+            f"{op['self_device_ms']:.3f}",
+        ]
+        for op in profile["top_ops"]
+    ]
+    return (
+        f"<p>torch.profiler, operators by self {device} time. Chrome trace: <code>{escape(profile['trace'])}"
+        f"</code>; full table: <code>{escape(profile['table'])}</code>.</p>"
+        + _table(["operator", "count", "self CPU ms", "CPU total ms", "self device ms"], rows)
+    )
+
+
+def profile_section_html(profile: dict) -> str:
+    """The section for one run's profile.json."""
+    body = _nsys(profile) if profile["tool"] == "nsys" else _torch(profile)
+    title = f"Profile ({escape(profile['tool'])}, steps {escape(profile['step_range'])})"
+    return f"<section><h2>{title}</h2>{body}</section>"
