@@ -1,0 +1,171 @@
+"""Build the model a ModelConfig names: a preset shape with seeded random weights, or a local HF-format
+directory (config.json + *.safetensors, single or sharded). Never touches the network."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from engine.config import ModelConfig
+from engine.models.llama import PRESETS, LlamaForCausalLM, LlamaShape, rope_cos_sin_cache
+from kernels import reference
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("model.device is 'cuda' but no CUDA device is available")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return _DTYPES[name]
+
+
+def load_model(config: ModelConfig, ops: ModuleType = reference) -> LlamaForCausalLM:
+    """The model on its device and dtype, in eval mode, using the given op backend."""
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    path = Path(config.path) if config.path else None
+    shape = read_hf_shape(path) if path else preset_shape(config.preset)
+    # build on meta so a large model is never materialized twice (or in float32 first)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(shape, ops)
+    model = model.to(dtype).to_empty(device=device)
+    model.cos_sin_cache = rope_cos_sin_cache(shape, device)
+    with torch.no_grad():
+        if path:
+            load_hf_weights(model, path)
+        else:
+            init_random_weights(model, config.seed)
+    logger.info(
+        "loaded %s: %.2fB params, %s on %s", path or config.preset, shape.num_params() / 1e9, dtype, device
+    )
+    return model.eval().requires_grad_(False)
+
+
+def preset_shape(name: str | None) -> LlamaShape:
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; presets: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def read_hf_shape(path: Path) -> LlamaShape:
+    if not path.is_dir():
+        raise ValueError(f"model path {path} is not a directory")
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ValueError(f"{config_file} not found: not an HF-format model directory")
+    try:
+        cfg = json.loads(config_file.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{config_file} is not valid JSON: {e}") from e
+    architectures = cfg.get("architectures") or []
+    if not any(a in SUPPORTED_ARCHITECTURES for a in architectures):
+        raise ValueError(
+            f"{config_file}: unsupported architecture {architectures}; "
+            f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+    try:
+        return LlamaShape.from_hf_config(cfg)
+    except KeyError as e:
+        raise ValueError(f"{config_file}: missing key {e}") from e
+    except ValueError as e:
+        raise ValueError(f"{config_file}: {e}") from e
+
+
+def init_random_weights(model: LlamaForCausalLM, seed: int) -> None:
+    """Seeded normal(0, 0.02) weights, norms at 1: logits spread enough that greedy decoding is not
+    degenerate, and the same seed gives the same model on the same device type."""
+    generator = torch.Generator(device=model.embed_tokens.weight.device).manual_seed(seed)
+    for name, param in model.named_parameters():
+        if name.endswith("layernorm.weight") or name == "norm.weight":
+            param.fill_(1.0)
+        else:
+            param.normal_(0.0, 0.02, generator=generator)
+
+
+def hf_tensor_names(name: str) -> list[str]:
+    """The HF checkpoint tensors that make up one of our parameters, in concatenation order."""
+    for fused, parts in (
+        ("qkv_proj", ("q_proj", "k_proj", "v_proj")),
+        ("gate_up_proj", ("gate_proj", "up_proj")),
+    ):
+        if f".{fused}." in name:
+            return [f"model.{name.replace(fused, part)}" for part in parts]
+    return [name if name.startswith("lm_head.") else f"model.{name}"]
+
+
+def load_hf_weights(model: LlamaForCausalLM, path: Path) -> None:
+    """Copy checkpoint tensors into the model, concatenating the parts of fused projections. A
+    parameter is copied as soon as all its parts are read, so host memory holds about one shard."""
+    files = _tensor_files(path)
+    params = dict(model.named_parameters())
+    wanted = {name: hf_tensor_names(name) for name in params}
+    owner: dict[str, str] = {}
+    by_file: dict[Path, list[str]] = defaultdict(list)
+    for name, sources in wanted.items():
+        for source in sources:
+            if source not in files:
+                raise ValueError(f"{path}: checkpoint has no tensor {source!r} (needed for {name})")
+            owner[source] = name
+            by_file[files[source]].append(source)
+    pending: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
+    for file, sources in by_file.items():
+        with _open(file) as f:
+            for source in sources:
+                name = owner[source]
+                parts = pending[name]
+                parts[source] = f.get_tensor(source)
+                if len(parts) < len(wanted[name]):
+                    continue
+                value = torch.cat([parts[s] for s in wanted[name]], dim=0)
+                if value.shape != params[name].shape:
+                    raise ValueError(
+                        f"{path}: tensor for {name} has shape {tuple(value.shape)}, "
+                        f"expected {tuple(params[name].shape)}"
+                    )
+                params[name].copy_(value)
+                del pending[name]
+
+
+def _tensor_files(path: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file holding it."""
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as e:
+            raise ValueError(f"{index} is not a valid safetensors index: {e}") from e
+        return {name: path / file for name, file in weight_map.items()}
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"{path}: no *.safetensors weights found")
+    names = {}
+    for file in files:
+        with _open(file) as f:
+            names.update(dict.fromkeys(f.keys(), file))
+    return names
+
+
+def _open(file: Path):
+    if not file.is_file():
+        raise ValueError(f"weights file {file} not found")
+    try:
+        return safe_open(str(file), framework="pt", device="cpu")
+    except (SafetensorError, OSError) as e:
+        raise ValueError(f"{file} is not a readable safetensors file: {e}") from e

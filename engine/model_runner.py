@@ -1,0 +1,147 @@
+"""The executor with a real model: loads weights, owns the paged KV pool, and turns each ScheduledBatch
+into sampled tokens (prepare inputs -> forward -> logits of the sampled rows -> sample)."""
+
+from __future__ import annotations
+
+import logging
+from types import ModuleType
+
+import torch
+
+from engine.batch import ScheduledBatch, ScheduledSeq
+from engine.config import EngineConfig
+from engine.input_batch import advance_decode, prepare_inputs
+from engine.loader import load_model, resolve_device
+from engine.models.llama import KVCache
+from engine.request import SamplingParams
+from engine.sampler import Sampler
+from kernels import reference
+
+logger = logging.getLogger(__name__)
+
+CPU_KV_TOKENS_PER_SEQ = 2048  # CPU pool default: this many tokens per sequence slot ...
+CPU_KV_MAX_BYTES = 1 << 30  # ... capped at 1 GiB
+
+
+def select_ops(backend: str, device: torch.device) -> ModuleType:
+    """The op backend for config.attention_backend ("auto": Triton on CUDA, torch elsewhere)."""
+    if backend == "auto":
+        backend = "triton" if device.type == "cuda" else "torch"
+    if backend == "torch":
+        return reference
+    try:
+        from kernels import triton_ops
+    except ImportError as e:
+        logger.warning("Triton kernels unavailable (%s); using the torch backend", e)
+        return reference
+    return triton_ops
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self.block_size = config.block_size
+        self.device = resolve_device(config.model.device)
+        self.model = load_model(config.model, select_ops(config.attention_backend, self.device))
+        self.shape = self.model.shape
+        self.dtype = self.model.embed_tokens.weight.dtype
+        self.max_model_len = config.max_model_len or self.shape.max_position_embeddings
+        if self.max_model_len > self.shape.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len {self.max_model_len} exceeds the model's max_position_embeddings "
+                f"{self.shape.max_position_embeddings}"
+            )
+        self.sampler = Sampler(self.shape.eos_token_id, self.device, config.model.seed)
+        free_kv_bytes = self._profile_free_memory() if self.device.type == "cuda" else None
+        self.num_blocks = self._decide_num_blocks(free_kv_bytes)
+        self.kv_caches = self._allocate_kv_caches(self.num_blocks)
+        logger.info(
+            "KV pool: %d blocks of %d tokens (%.2f GiB)",
+            self.num_blocks,
+            self.block_size,
+            self.num_blocks * self._block_bytes() / 2**30,
+        )
+
+    @torch.inference_mode()
+    def execute(self, batch: ScheduledBatch) -> torch.Tensor:
+        """Sampled token ids [num_steps, n_sample], left on the device: reading them is the caller's
+        single sync of the step."""
+        sampled_seqs = [s for s in batch.seqs if s.sample]
+        inputs = prepare_inputs(batch, self.block_size, self.device)
+        tokens = []
+        for step in range(batch.num_steps):
+            if step:
+                inputs = advance_decode(inputs, tokens[-1], self.block_size)
+            hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn, self.kv_caches)
+            logits = self.model.compute_logits(hidden[inputs.sample_rows])
+            tokens.append(self.sampler(logits, sampled_seqs, step))
+        return torch.stack(tokens)
+
+    def shutdown(self) -> None:
+        self.kv_caches = []
+        self.model = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    # KV pool sizing
+
+    def _block_bytes(self) -> int:
+        return self.block_size * self.shape.kv_bytes_per_token(self.dtype.itemsize)
+
+    def _decide_num_blocks(self, free_kv_bytes: int | None) -> int:
+        c = self.config
+        if c.num_gpu_blocks is not None:
+            return c.num_gpu_blocks
+        if c.kv_cache_memory_gb is not None:
+            budget = int(c.kv_cache_memory_gb * 2**30)
+        elif free_kv_bytes is not None:
+            budget = free_kv_bytes
+        else:
+            tokens = c.max_num_seqs * min(self.max_model_len, CPU_KV_TOKENS_PER_SEQ)
+            budget = min(tokens * self.shape.kv_bytes_per_token(self.dtype.itemsize), CPU_KV_MAX_BYTES)
+        num_blocks = budget // self._block_bytes()
+        if num_blocks < 1:
+            raise ValueError(f"no memory left for the KV cache (budget {budget / 2**30:.2f} GiB)")
+        return num_blocks
+
+    def _allocate_kv_caches(self, num_blocks: int) -> list[KVCache]:
+        s = self.shape
+        layout = (num_blocks, self.block_size, s.num_kv_heads, s.head_dim)
+        # zeros, not empty: padded block-table entries point at block 0, and masked garbage could be NaN
+        return [
+            (
+                torch.zeros(layout, dtype=self.dtype, device=self.device),
+                torch.zeros(layout, dtype=self.dtype, device=self.device),
+            )
+            for _ in range(s.num_layers)
+        ]
+
+    def _profile_free_memory(self) -> int:
+        """Bytes the KV pool may take under gpu_memory_utilization: run the largest step the scheduler
+        can produce on a throwaway pool to find the activation peak (this also compiles the kernels)."""
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        batch = self._warm_up_batch()
+        self.kv_caches = self._allocate_kv_caches(sum(len(s.block_table) for s in batch.seqs))
+        self.execute(batch)
+        torch.cuda.synchronize()
+        activation_peak = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()
+        self.kv_caches = []
+        torch.cuda.empty_cache()
+        free, total = torch.cuda.mem_get_info()
+        return int(total * self.config.gpu_memory_utilization - (total - free) - activation_peak)
+
+    def _warm_up_batch(self) -> ScheduledBatch:
+        """max_num_batched_tokens tokens: one long prompt chunk (attention's worst case) plus one token
+        for each other sequence slot (the LM head and sampler's worst case)."""
+        c = self.config
+        num_tokens = min(c.max_num_batched_tokens, c.max_num_seqs * self.max_model_len)
+        num_seqs = min(c.max_num_seqs, num_tokens)
+        lengths = [min(self.max_model_len, num_tokens - (num_seqs - 1))] + [1] * (num_seqs - 1)
+        seqs, next_block = [], 0
+        for i, length in enumerate(lengths):
+            num_blocks = -(-length // self.block_size)
+            table = list(range(next_block, next_block + num_blocks))
+            next_block += num_blocks
+            seqs.append(ScheduledSeq(i, [0] * length, 0, length, table, SamplingParams(), sample=True))
+        return ScheduledBatch(seqs)

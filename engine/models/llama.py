@@ -1,0 +1,298 @@
+"""The Llama family (Llama 2/3, Mistral, Qwen2) in one file: a shape dataclass, named presets, and a model
+that runs flattened tokens of many sequences against a paged KV cache. Q/K/V and gate/up are fused into
+one matmul each (the loader concatenates HF's separate weights). Every non-matmul op comes from a backend
+module (kernels.reference or kernels.triton_ops) with identical signatures."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+from torch import nn
+
+from kernels import reference
+
+
+@dataclass
+class LlamaShape:
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = None  # only the Llama-3 "llama3" type
+    max_position_embeddings: int = 4096
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False  # Qwen2 has q/k/v biases
+    eos_token_id: int = 2
+    bos_token_id: int = 1
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict) -> LlamaShape:
+        """Shape from an HF config.json dict (old `rope_theta`/`rope_scaling` keys or the newer
+        `rope_parameters`)."""
+        if cfg.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"unsupported hidden_act {cfg['hidden_act']!r}: only silu")
+        if cfg.get("mlp_bias"):
+            raise ValueError("unsupported mlp_bias=true")
+        rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+        rope_type = rope.pop("rope_type", rope.pop("type", "default"))
+        rope_theta = rope.pop("rope_theta", cfg.get("rope_theta", 10000.0))
+        if rope_type not in ("default", "llama3"):
+            raise ValueError(f"unsupported rope scaling type {rope_type!r}: only llama3")
+        num_heads = cfg["num_attention_heads"]
+        eos, bos = cfg.get("eos_token_id"), cfg.get("bos_token_id")
+        return cls(
+            hidden_size=cfg["hidden_size"],
+            num_layers=cfg["num_hidden_layers"],
+            num_heads=num_heads,
+            num_kv_heads=cfg.get("num_key_value_heads") or num_heads,
+            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // num_heads,
+            intermediate_size=cfg["intermediate_size"],
+            vocab_size=cfg["vocab_size"],
+            rms_norm_eps=cfg.get("rms_norm_eps", 1e-5),
+            rope_theta=float(rope_theta),
+            rope_scaling={"rope_type": "llama3", **rope} if rope_type == "llama3" else None,
+            max_position_embeddings=cfg.get("max_position_embeddings", 4096),
+            tie_word_embeddings=cfg.get("tie_word_embeddings", False),
+            attention_bias=cfg.get("attention_bias", cfg.get("model_type") == "qwen2"),
+            # instruct checkpoints list several EOS ids; the first is the end-of-text token
+            eos_token_id=(eos[0] if isinstance(eos, list) else eos) if eos is not None else -1,
+            bos_token_id=(bos[0] if isinstance(bos, list) else bos) if bos is not None else -1,
+        )
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def num_params(self) -> int:
+        attn = self.hidden_size * (self.q_size + 2 * self.kv_size) + self.q_size * self.hidden_size
+        if self.attention_bias:
+            attn += self.q_size + 2 * self.kv_size
+        mlp = 3 * self.hidden_size * self.intermediate_size
+        layer = attn + mlp + 2 * self.hidden_size
+        embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+        return self.num_layers * layer + embeddings + self.hidden_size
+
+    def param_bytes(self, dtype_bytes: int = 2) -> int:
+        return self.num_params() * dtype_bytes
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        return 2 * self.num_layers * self.kv_size * dtype_bytes
+
+    def forward_flops(self, num_tokens: int, context_len: int, num_logits: int | None = None) -> int:
+        """Matmul FLOPs of one forward over num_tokens new tokens that each attend to context_len
+        keys on average; the LM head runs on num_logits rows (default: every token)."""
+        matmul_params = self.num_params() - self.vocab_size * self.hidden_size
+        if not self.tie_word_embeddings:
+            matmul_params -= self.vocab_size * self.hidden_size  # the head is counted separately
+        head = 2 * (num_tokens if num_logits is None else num_logits) * self.vocab_size * self.hidden_size
+        attention = 4 * self.num_layers * self.q_size * num_tokens * context_len  # QK^T and PV
+        return 2 * num_tokens * matmul_params + head + attention
+
+
+# Llama 3.1 context extension (8k -> 128k), shared by the 8B and 70B checkpoints
+_LLAMA31_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+
+# shapes of the public checkpoints (their config.json), so a preset runs at the real cost with random weights
+PRESETS: dict[str, LlamaShape] = {
+    "tiny": LlamaShape(
+        hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, intermediate_size=128,
+        vocab_size=512, max_position_embeddings=2048, eos_token_id=2, bos_token_id=1,
+    ),
+    "llama2-7b": LlamaShape(
+        hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=32, head_dim=128, intermediate_size=11008,
+        vocab_size=32000, rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=4096,
+        eos_token_id=2, bos_token_id=1,
+    ),
+    "llama3-8b": LlamaShape(
+        hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
+        vocab_size=128256, rms_norm_eps=1e-5, rope_theta=500000.0, rope_scaling=_LLAMA31_ROPE,
+        max_position_embeddings=131072, eos_token_id=128001, bos_token_id=128000,
+    ),
+    "llama3-70b": LlamaShape(
+        hidden_size=8192, num_layers=80, num_heads=64, num_kv_heads=8, head_dim=128, intermediate_size=28672,
+        vocab_size=128256, rms_norm_eps=1e-5, rope_theta=500000.0, rope_scaling=_LLAMA31_ROPE,
+        max_position_embeddings=131072, eos_token_id=128001, bos_token_id=128000,
+    ),
+    "qwen2-7b": LlamaShape(
+        hidden_size=3584, num_layers=28, num_heads=28, num_kv_heads=4, head_dim=128, intermediate_size=18944,
+        vocab_size=152064, rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=131072,
+        attention_bias=True, eos_token_id=151643, bos_token_id=151643,
+    ),
+}  # fmt: skip
+
+
+def rope_cos_sin_cache(shape: LlamaShape, device: torch.device) -> torch.Tensor:
+    """[max_position_embeddings, head_dim] float32: cos in the first half, sin in the second. Float32
+    even for bf16 models, as HF does, so long positions keep their precision."""
+    dim = shape.head_dim
+    inv_freq = 1.0 / (shape.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    if shape.rope_scaling is not None:
+        inv_freq = _llama3_scaled(inv_freq, shape.rope_scaling)
+    positions = torch.arange(shape.max_position_embeddings, dtype=torch.float32)
+    freqs = torch.outer(positions, inv_freq)
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(device)
+
+
+def _llama3_scaled(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
+    """Llama 3.1 context extension: long wavelengths are slowed by `factor`, short ones kept, and the
+    band between blended smoothly."""
+    factor = scaling["factor"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_len = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (old_len / wavelen - low) / (high - low)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    in_band = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+    return torch.where(in_band, blended, scaled)
+
+
+@dataclass
+class AttentionMetadata:
+    """Where each new token's K/V goes and what each sequence attends to, for one forward."""
+
+    slot_mapping: torch.Tensor  # [T] int64
+    block_tables: torch.Tensor  # [B, max_blocks] int32, padded with 0
+    seq_lens: torch.Tensor  # [B] int32, tokens in the cache after this forward
+    query_start_loc: torch.Tensor  # [B + 1] int32, row offsets of each sequence's new tokens
+    decode_only: bool  # one new token per sequence: the decode kernel applies
+
+
+KVCache = tuple[torch.Tensor, torch.Tensor]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float, ops: ModuleType):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+        self.ops = ops
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.ops.rms_norm(x, self.weight, self.eps, residual)
+
+
+class Attention(nn.Module):
+    def __init__(self, shape: LlamaShape, ops: ModuleType):
+        super().__init__()
+        self.shape = shape
+        self.ops = ops
+        self.qkv_proj = nn.Linear(
+            shape.hidden_size, shape.q_size + 2 * shape.kv_size, bias=shape.attention_bias
+        )
+        self.o_proj = nn.Linear(shape.q_size, shape.hidden_size, bias=False)
+        self.scale = shape.head_dim**-0.5
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        x: torch.Tensor,
+        attn: AttentionMetadata,
+        kv_cache: KVCache,
+        cos_sin_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        s, ops = self.shape, self.ops
+        q, k, v = self.qkv_proj(x).split([s.q_size, s.kv_size, s.kv_size], dim=-1)
+        q, k = ops.rotary_embedding(positions, q, k, cos_sin_cache, s.head_dim)
+        q = q.reshape(-1, s.num_heads, s.head_dim)
+        k = k.reshape(-1, s.num_kv_heads, s.head_dim)
+        v = v.reshape(-1, s.num_kv_heads, s.head_dim)
+        k_cache, v_cache = kv_cache
+        ops.write_kv(k, v, k_cache, v_cache, attn.slot_mapping)
+        if attn.decode_only:
+            out = ops.paged_decode_attention(
+                q, k_cache, v_cache, attn.block_tables, attn.seq_lens, self.scale
+            )
+        else:
+            out = ops.paged_prefill_attention(
+                q, k_cache, v_cache, attn.block_tables, attn.query_start_loc, attn.seq_lens, self.scale
+            )
+        return self.o_proj(out.reshape(-1, s.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, shape: LlamaShape, ops: ModuleType):
+        super().__init__()
+        self.ops = ops
+        self.gate_up_proj = nn.Linear(shape.hidden_size, 2 * shape.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(shape.intermediate_size, shape.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, shape: LlamaShape, ops: ModuleType):
+        super().__init__()
+        self.input_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps, ops)
+        self.self_attn = Attention(shape, ops)
+        self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps, ops)
+        self.mlp = MLP(shape, ops)
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        attn: AttentionMetadata,
+        kv_cache: KVCache,
+        cos_sin_cache: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # the residual add is fused into each norm: the stream is carried separately
+        hidden, residual = self.input_layernorm(hidden, residual)
+        hidden = self.self_attn(positions, hidden, attn, kv_cache, cos_sin_cache)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return self.mlp(hidden), residual
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, shape: LlamaShape, ops: ModuleType = reference):
+        super().__init__()
+        self.shape = shape
+        # the loader always sets the weights: skip nn.Embedding's init (slow under the meta device)
+        self.embed_tokens = nn.Embedding(
+            shape.vocab_size, shape.hidden_size, _weight=torch.empty(shape.vocab_size, shape.hidden_size)
+        )
+        self.layers = nn.ModuleList(DecoderLayer(shape, ops) for _ in range(shape.num_layers))
+        self.norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps, ops)
+        self.lm_head = (
+            None if shape.tie_word_embeddings else nn.Linear(shape.hidden_size, shape.vocab_size, bias=False)
+        )
+        # a plain attribute, not a buffer: the loader builds the model on the meta device, then sets it
+        self.cos_sin_cache: torch.Tensor | None = None
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        attn: AttentionMetadata,
+        kv_caches: list[KVCache],
+    ) -> torch.Tensor:
+        """Flattened new tokens of all sequences [T] -> final hidden states [T, hidden]."""
+        hidden, residual = self.embed_tokens(input_ids), None
+        for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
+            hidden, residual = layer(positions, hidden, residual, attn, kv_cache, self.cos_sin_cache)
+        return self.norm(hidden, residual)[0]
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits only for the rows that are sampled: the LM head is the largest matmul of a decode."""
+        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return nn.functional.linear(hidden, head)
