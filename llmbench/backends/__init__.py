@@ -1,0 +1,54 @@
+"""Backends: what the runner drives. Each one takes requests and streams RequestOutputs back.
+
+In-process backends do their work inside `poll()` (one engine step); others may work in the
+background and hand over whatever arrived since the last poll."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from engine.request import RequestOutput, SamplingParams
+
+if TYPE_CHECKING:
+    from llmbench.config import RunConfig
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the workload needs to know about the model behind a backend."""
+
+    vocab_size: int
+    eos_token_id: int
+    max_model_len: int
+    special_token_ids: tuple[int, ...] = ()  # never drawn as synthetic prompt tokens
+
+
+class Backend(Protocol):
+    model_info: ModelInfo
+
+    def start(self, config: RunConfig) -> None: ...
+
+    def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None: ...
+
+    def poll(self) -> list[RequestOutput]: ...
+
+    def has_unfinished(self) -> bool: ...
+
+    def drain_step_records(self) -> list: ...
+
+    def close(self) -> None: ...
+
+
+def make_backend(config: RunConfig) -> Backend:
+    """The backend named by config.backend.type, started."""
+    if config.backend.type == "hf":
+        from llmbench.backends.hf import HFBackend
+
+        backend = HFBackend()
+    else:
+        from llmbench.backends.bundled import BundledBackend
+
+        backend = BundledBackend()
+    backend.start(config)
+    return backend

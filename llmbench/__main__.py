@@ -1,0 +1,3 @@
+from llmbench.cli import app
+
+app(prog_name="llmbench")

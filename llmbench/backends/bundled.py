@@ -1,0 +1,36 @@
+"""The bundled engine, in-process: each poll() is one engine step."""
+
+from __future__ import annotations
+
+from engine.llm_engine import LLMEngine
+from engine.request import RequestOutput, SamplingParams
+from llmbench.backends import ModelInfo
+from llmbench.config import RunConfig
+
+
+class BundledBackend:
+    def start(self, config: RunConfig) -> None:
+        self.engine = LLMEngine(config.engine)
+        shape = self.engine.executor.shape
+        specials = tuple(t for t in (shape.bos_token_id, shape.eos_token_id) if t >= 0)
+        self.model_info = ModelInfo(
+            vocab_size=shape.vocab_size,
+            eos_token_id=shape.eos_token_id,
+            max_model_len=self.engine.executor.max_model_len,
+            special_token_ids=specials,
+        )
+
+    def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        self.engine.add_request(request_id, prompt_token_ids, params)
+
+    def poll(self) -> list[RequestOutput]:
+        return self.engine.step()
+
+    def has_unfinished(self) -> bool:
+        return self.engine.has_unfinished()
+
+    def drain_step_records(self) -> list:
+        return self.engine.drain_step_records()
+
+    def close(self) -> None:
+        self.engine.shutdown()

@@ -1,0 +1,204 @@
+"""The run configuration: YAML sections mapped onto validated dataclasses.
+
+`model` and `engine` are the engine's own ModelConfig and EngineConfig (field for field); the other
+sections belong to the toolkit. Every user mistake becomes a ConfigError whose key is the full dotted
+path, so the CLI can print one line such as `config.yaml: workload.arrival.rate: expected a number > 0,
+got 'fast'`."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from engine.config import ConfigError, EngineConfig, ModelConfig
+from llmbench.config_loader import bounded, build
+
+
+@dataclass
+class LengthConfig:
+    """A token-length distribution. Samples are rounded and clipped to [min, max]."""
+
+    dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
+    mean: float = bounded(128, gt=0)  # fixed: the value; normal/lognormal: the mean; uniform: unused
+    std: float = bounded(0.0, ge=0)  # normal
+    sigma: float = bounded(0.5, gt=0)  # lognormal: std of the underlying normal
+    min: int = bounded(1, ge=1)
+    max: int | None = bounded(None, ge=1)  # uniform: required upper bound; others: clip
+
+    def __post_init__(self) -> None:
+        if self.dist == "uniform" and self.max is None:
+            raise ConfigError("max", "uniform lengths need a max")
+        if self.max is not None and self.max < self.min:
+            raise ConfigError("max", f"expected an integer >= min ({self.min}), got {self.max}")
+
+
+@dataclass
+class ArrivalConfig:
+    """When requests are submitted. gamma follows vLLM: shape = burstiness, scale = 1/(rate*burstiness);
+    burstiness 1 is Poisson, below 1 burstier, above 1 more regular."""
+
+    process: Literal["inf", "constant", "poisson", "gamma"] = "inf"
+    rate: float = bounded(1.0, gt=0)  # requests per second
+    burstiness: float = bounded(1.0, gt=0)
+
+
+@dataclass
+class DatasetConfig:
+    """Where prompt tokens come from. sharegpt: a JSON list of {"conversations": [{"from": "human",
+    "value": ...}, {"from": "gpt", "value": ...}]} tokenized with a tokenizer.json."""
+
+    type: Literal["synthetic", "sharegpt"] = "synthetic"
+    path: str | None = None
+    tokenizer: str | None = None  # defaults to model.tokenizer, then <model.path>/tokenizer.json
+    output_lengths_from_dataset: bool = True  # False: workload.output sets the output lengths
+
+    def __post_init__(self) -> None:
+        if self.type == "sharegpt" and self.path is None:
+            raise ConfigError("path", "a sharegpt dataset needs a path")
+
+
+@dataclass
+class PrefixConfig:
+    """Shared-prefix groups: request i starts with group (i % groups)'s prefix_len common tokens."""
+
+    groups: int = bounded(0, ge=0)  # 0: no shared prefix
+    prefix_len: int = bounded(0, ge=0)
+
+    def __post_init__(self) -> None:
+        if self.groups and not self.prefix_len:
+            raise ConfigError("prefix_len", "expected an integer >= 1 when groups are set, got 0")
+
+
+@dataclass
+class WorkloadConfig:
+    num_requests: int = bounded(64, ge=1)
+    warmup_requests: int = bounded(0, ge=0)  # run first, kept out of the metrics
+    seed: int = 0
+    max_concurrency: int | None = bounded(None, ge=1)
+    input: LengthConfig = field(default_factory=LengthConfig)  # prompt tokens after any shared prefix
+    output: LengthConfig = field(default_factory=LengthConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    prefix: PrefixConfig = field(default_factory=PrefixConfig)
+    arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
+    temperature: float = bounded(0.0, ge=0)
+    ignore_eos: bool = True  # benchmarks want the requested output lengths, not the model's whims
+
+
+@dataclass
+class SloConfig:
+    """Per-request service-level objectives for goodput; None means no objective on that metric."""
+
+    ttft_ms: float | None = bounded(None, gt=0)
+    tpot_ms: float | None = bounded(None, gt=0)
+    e2el_ms: float | None = bounded(None, gt=0)
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2el_ms))
+
+
+@dataclass
+class OutputConfig:
+    dir: str | None = None  # default: results/<name>-<UTC timestamp>
+    save_tokens: bool = False
+    percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 95.0, 99.0])
+    report: bool = True  # render the HTML report after the run
+
+    def __post_init__(self) -> None:
+        bad = [p for p in self.percentiles if not 0 < p <= 100]
+        if bad or not self.percentiles:
+            raise ConfigError("percentiles", f"expected a non-empty list of numbers in (0, 100], got {bad}")
+
+
+@dataclass
+class BackendConfig:
+    type: Literal["bundled", "hf"] = "bundled"
+    batch_size: int | None = bounded(None, ge=1)  # hf static batch; defaults to engine.max_num_seqs
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+
+    def __post_init__(self) -> None:
+        # the YAML keeps `model` top-level; the engine receives it inside its own config
+        self.engine.model = self.model
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain data, in the YAML's shape (no model inside engine)."""
+        data = dataclasses.asdict(self)
+        del data["engine"]["model"]
+        return data
+
+    @property
+    def hf_batch_size(self) -> int:
+        return self.backend.batch_size or self.engine.max_num_seqs
+
+
+class ConfigFileError(ValueError):
+    """A config that cannot be used, with a one-line message naming the file and key."""
+
+
+# the engine section is EngineConfig without its model field: the model is its own section
+_SKIP = {(EngineConfig, "model")}
+
+
+def parse_config(data: Any, overrides: list[str] = (), default_name: str = "run") -> RunConfig:
+    """Validate a YAML-shaped mapping (plus `a.b=value` overrides) into a RunConfig."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("<top>", f"expected a mapping of sections, got {type(data).__name__}")
+    data = dict(data)
+    data.setdefault("name", default_name)
+    for item in overrides:
+        _apply_override(data, item)
+    return build(RunConfig, data, "", skip=_SKIP)
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
+    """Read and validate a YAML config file. Errors carry the file name in their message."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigFileError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigFileError(f"{path}: invalid YAML: {' '.join(str(e).split())}") from None
+    try:
+        return parse_config(data, overrides, default_name=path.stem)
+    except ConfigError as e:
+        raise ConfigFileError(f"{path.name}: {e}") from None
+
+
+def _apply_override(data: dict, item: str) -> None:
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(item, "expected --set key.path=value")
+    parts = key.strip().split(".")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(".".join(parts[: i + 1]), f"is a value, cannot set {key}")
+        else:
+            child = node[part] = dict(child)
+        node = child
+    try:
+        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        node[parts[-1]] = raw

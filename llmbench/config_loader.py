@@ -1,0 +1,111 @@
+"""Build dataclasses from YAML data by walking their fields and type hints.
+
+Handles the types configs use (int, float, bool, str, Optional, Literal, list[...], nested
+dataclasses) and numeric bounds declared with `bounded`. Every problem is a ConfigError whose key is
+the full dotted path; range checks raised by a dataclass's own __post_init__ get the path prefixed."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any, Literal, Union
+
+from engine.config import ConfigError
+
+
+def bounded(default: Any, *, gt: float | None = None, ge: float | None = None) -> Any:
+    """A dataclass field with a numeric lower bound the loader checks along with the type."""
+    return dataclasses.field(default=default, metadata={"gt": gt, "ge": ge})
+
+
+def build(cls: type, data: Any, path: str, skip: set[tuple[type, str]] = frozenset()) -> Any:
+    """Instantiate dataclass `cls` from a mapping; `skip` names (class, field) pairs not settable."""
+    if not isinstance(data, dict):
+        raise ConfigError(path or "<top>", f"expected a mapping, got {_show(data)}")
+    settable = {f.name: f for f in dataclasses.fields(cls) if (cls, f.name) not in skip}
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, value in data.items():
+        key_path = _join(path, str(key))
+        if key not in settable:
+            raise ConfigError(key_path, _unknown_key_message(str(key), list(settable)))
+        spec = settable[key]
+        kwargs[key] = _convert(hints[spec.name], value, key_path, spec.metadata, skip)
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        raise ConfigError(_join(path, e.key), e.message) from None
+
+
+def _convert(hint: Any, value: Any, path: str, bounds: Any, skip: set) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(inner, value, path, bounds, skip)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(path, f"expected one of {', '.join(map(str, args))}, got {_show(value)}")
+        return value
+    if origin is list:
+        (item_hint,) = args
+        if not isinstance(value, list):
+            raise ConfigError(path, f"expected a list, got {_show(value)}")
+        return [_convert(item_hint, v, f"{path}[{i}]", {}, skip) for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, path, skip)
+    return _scalar(hint, value, path, bounds)
+
+
+def _scalar(hint: type, value: Any, path: str, bounds: Any) -> Any:
+    # bool is an int subclass in Python; a YAML `true` must not pass as a number
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif hint is str:
+        ok = isinstance(value, str)
+    else:
+        raise TypeError(f"config field {path} has unsupported type {hint}")
+    gt, ge = bounds.get("gt"), bounds.get("ge")
+    in_range = ok and (gt is None or value > gt) and (ge is None or value >= ge)
+    if not in_range:
+        raise ConfigError(path, f"expected {_describe(hint, bounds)}, got {_show(value)}")
+    return value
+
+
+def _describe(hint: Any, bounds: Any) -> str:
+    noun = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
+    if bounds.get("gt") is not None:
+        return f"{noun} > {bounds['gt']:g}"
+    if bounds.get("ge") is not None:
+        return f"{noun} >= {bounds['ge']:g}"
+    return noun
+
+
+def _unknown_key_message(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    if close:
+        return f"unknown key (did you mean {close[0]}?)"
+    return f"unknown key (expected one of {', '.join(known)})"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key

@@ -1,0 +1,119 @@
+"""Benchmark metrics with vLLM's definitions and key names (benchmark_serving).
+
+TTFT = first token - submit; E2EL = last token - submit; TPOT = (E2EL - TTFT) / (output_len - 1) per
+request, 1-token requests excluded; ITL = every gap between consecutive token arrivals pooled over
+requests, where a chunk of k tokens (same arrival time) is one arrival. Throughputs divide by the span
+from the first submit to the last completion. Warm-up and failed requests are left out of all of it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from llmbench.config import SloConfig
+from llmbench.results import RequestRecord
+
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+_CPU_PHASES = ("schedule_ms", "prepare_ms", "sample_ms", "output_ms", "ipc_ms")
+
+
+def compute_metrics(
+    records: Sequence[RequestRecord], percentiles: Sequence[float], slo: SloConfig | None = None
+) -> dict[str, Any]:
+    """The metrics dict of one trial. A latency no request contributes to is None, not 0."""
+    timed = [r for r in records if not r.warmup]
+    done = [r for r in timed if r.succeeded]
+    samples = latency_samples(done)
+    duration = max(r.token_times[-1] for r in done) - min(r.submit_time for r in done) if done else 0.0
+    input_tokens = sum(r.prompt_len for r in done)
+    output_tokens = sum(r.output_len for r in done)
+
+    metrics: dict[str, Any] = {
+        "completed": len(done),
+        "failed": len(timed) - len(done),
+        "duration_s": duration,
+        "total_input_tokens": input_tokens,
+        "total_output_tokens": output_tokens,
+        "request_throughput": _rate(len(done), duration),
+        "output_throughput": _rate(output_tokens, duration),
+        "total_token_throughput": _rate(input_tokens + output_tokens, duration),
+        "request_goodput": _rate(_good_count(done, slo), duration) if slo and slo.any else None,
+    }
+    for name in LATENCIES:
+        metrics.update(latency_stats(name, [s * 1000 for s in samples[name]], percentiles))
+    return metrics
+
+
+def latency_samples(records: Sequence[RequestRecord]) -> dict[str, list[float]]:
+    """Seconds per measured, succeeded request for ttft, tpot and e2el; per arrival gap for itl
+    (the samples behind the statistics, e.g. for CDF plots)."""
+    done = [r for r in records if not r.warmup and r.succeeded]
+    ttft = [r.first_token_time - r.submit_time for r in done]
+    e2el = [r.token_times[-1] - r.submit_time for r in done]
+    tpot = [
+        (e - t) / (r.output_len - 1) for r, t, e in zip(done, ttft, e2el, strict=True) if r.output_len > 1
+    ]
+    itl = [gap for r in done for gap in arrival_gaps(r.token_times)]
+    return {"ttft": ttft, "tpot": tpot, "itl": itl, "e2el": e2el}
+
+
+def arrival_gaps(token_times: Sequence[float]) -> list[float]:
+    """Gaps between consecutive arrivals; the tokens of one chunk share a time and count once."""
+    arrivals = [t for i, t in enumerate(token_times) if i == 0 or t != token_times[i - 1]]
+    return [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+
+
+def latency_stats(name: str, values_ms: Sequence[float], percentiles: Sequence[float]) -> dict[str, Any]:
+    """mean/median/std/min/max and p<P> of one latency, under vLLM's `<stat>_<name>_ms` keys."""
+    keys = ["mean", "median", "std", "min", "max"] + [f"p{p:g}" for p in percentiles]
+    if not values_ms:
+        return {f"{k}_{name}_ms": None for k in keys}
+    v = np.asarray(values_ms, dtype=float)
+    stats = [v.mean(), np.median(v), v.std(), v.min(), v.max()] + [np.percentile(v, p) for p in percentiles]
+    return {f"{k}_{name}_ms": float(s) for k, s in zip(keys, stats, strict=True)}
+
+
+def median_over_trials(trials: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per-metric median over repeated trials (None where a trial has no value)."""
+    merged = {}
+    for key in trials[0]:
+        values = [t[key] for t in trials if t.get(key) is not None]
+        merged[key] = float(np.median(values)) if values else None
+        if values and all(isinstance(t[key], int) for t in trials if t.get(key) is not None):
+            merged[key] = int(round(merged[key]))
+    return merged
+
+
+def summarize_steps(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Headline numbers of steps.csv: step count, mean step wall time, mean host CPU time per step."""
+    if not rows:
+        return {"num_steps": 0, "mean_step_ms": None, "mean_cpu_ms_per_step": None, "mean_gpu_ms": None}
+    step_ms = [(r["t_end"] - r["t_start"]) * 1000 for r in rows]
+    cpu_ms = [sum(r.get(k, 0.0) for k in _CPU_PHASES) for r in rows]
+    gpu_ms = [r["gpu_ms"] for r in rows if isinstance(r.get("gpu_ms"), float) and not math.isnan(r["gpu_ms"])]
+    return {
+        "num_steps": len(rows),
+        "mean_step_ms": float(np.mean(step_ms)),
+        "mean_cpu_ms_per_step": float(np.mean(cpu_ms)),
+        "mean_gpu_ms": float(np.mean(gpu_ms)) if gpu_ms else None,
+    }
+
+
+def _rate(count: float, duration: float) -> float:
+    return count / duration if duration > 0 else 0.0
+
+
+def _good_count(done: Sequence[RequestRecord], slo: SloConfig) -> int:
+    def meets(r: RequestRecord) -> bool:
+        ttft = (r.first_token_time - r.submit_time) * 1000
+        e2el = (r.token_times[-1] - r.submit_time) * 1000
+        tpot = (e2el - ttft) / (r.output_len - 1) if r.output_len > 1 else 0.0
+        return all(
+            limit is None or value <= limit
+            for value, limit in ((ttft, slo.ttft_ms), (tpot, slo.tpot_ms), (e2el, slo.e2el_ms))
+        )
+
+    return sum(1 for r in done if meets(r))

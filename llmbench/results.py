@@ -1,0 +1,160 @@
+"""The run directory: summary.json, requests.jsonl, steps.csv and config.yaml.
+
+Per-request and per-step rows are appended and flushed as they come, so a crash or Ctrl-C keeps
+everything measured so far; whole files (summary, config) are replaced atomically."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class RequestRecord:
+    """One request as the client saw it. Times are seconds relative to the run start."""
+
+    id: str
+    trial: int
+    warmup: bool
+    prompt_len: int
+    output_len: int = 0
+    submit_time: float = 0.0
+    first_token_time: float | None = None
+    token_times: list[float] = field(default_factory=list)  # a chunk of k tokens repeats its time k times
+    finish_reason: str | None = None  # None: still running when the run stopped
+    error: str | None = None
+    prompt_token_ids: list[int] | None = None
+    output_token_ids: list[int] | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.finish_reason in ("stop", "length") and self.output_len > 0
+
+    def to_json(self, save_tokens: bool) -> str:
+        data = dataclasses.asdict(self)
+        if not save_tokens:
+            del data["prompt_token_ids"], data["output_token_ids"]
+        return json.dumps(data)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        return cls(**data)
+
+
+def default_run_dir(name: str, root: str | Path = "results") -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return Path(root) / f"{name}-{stamp}"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temp file in the same directory and os.replace, so readers never see half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+class ResultWriter:
+    """Streams one run's rows to disk as they arrive."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any], run_start: float, save_tokens: bool):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_start = run_start
+        self.save_tokens = save_tokens
+        write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+        self._requests = open(self.run_dir / "requests.jsonl", "w")
+        self._steps_file = open(self.run_dir / "steps.csv", "w", newline="")
+        self._steps: csv.DictWriter | None = None
+
+    def add_request(self, record: RequestRecord) -> None:
+        self._requests.write(record.to_json(self.save_tokens) + "\n")
+        self._requests.flush()
+
+    def add_steps(self, step_records: list, trial: int) -> None:
+        """Append engine StepRecords, with their perf_counter times made relative to the run start."""
+        if not step_records:
+            return
+        if self._steps is None:
+            names = ["trial"] + [f.name for f in dataclasses.fields(step_records[0])]
+            self._steps = csv.DictWriter(self._steps_file, fieldnames=names)
+            self._steps.writeheader()
+        for record in step_records:
+            row = dataclasses.asdict(record)
+            row["t_start"] -= self.run_start
+            row["t_end"] -= self.run_start
+            self._steps.writerow({"trial": trial, **row})
+        self._steps_file.flush()
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        write_atomic(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+
+    def close(self) -> None:
+        self._requests.close()
+        self._steps_file.close()
+
+
+def build_summary(
+    name: str,
+    complete: bool,
+    started_at: str,
+    config: dict[str, Any],
+    environment: dict[str, Any],
+    trials: list[dict[str, Any]],
+    steps: dict[str, Any],
+) -> dict[str, Any]:
+    """summary.json's content; with several trials, `metrics` is the per-metric median over them."""
+    from llmbench.metrics import median_over_trials
+
+    summary = {
+        "schema_version": SCHEMA_VERSION,
+        "name": name,
+        "complete": complete,
+        "started_at": started_at,
+        "config": config,
+        "environment": environment,
+        "metrics": median_over_trials(trials) if trials else {},
+        "steps": steps,
+    }
+    if len(trials) > 1:
+        summary["trials"] = trials
+    return summary
+
+
+def load_summary(run_dir: str | Path) -> dict[str, Any]:
+    return json.loads((Path(run_dir) / "summary.json").read_text())
+
+
+def load_requests(run_dir: str | Path) -> list[RequestRecord]:
+    lines = (Path(run_dir) / "requests.jsonl").read_text().splitlines()
+    return [RequestRecord.from_dict(json.loads(line)) for line in lines if line.strip()]
+
+
+def load_steps(run_dir: str | Path) -> list[dict[str, Any]]:
+    """steps.csv rows with numbers parsed (empty file: no rows)."""
+    with open(Path(run_dir) / "steps.csv", newline="") as f:
+        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def _number(text: str) -> Any:
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return {"True": True, "False": False}.get(text, text)

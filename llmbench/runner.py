@@ -1,0 +1,212 @@
+"""Drive a backend with a workload on the wall clock and record what the client sees.
+
+Requests are submitted at their arrival times (within max_concurrency), the backend is polled, and
+every output's arrival is stamped with perf_counter when poll() hands it over. Rows go to disk as
+they finish, so Ctrl-C or a crash still leaves a run directory, with summary.json marked incomplete."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from engine.request import RequestOutput, SamplingParams
+from llmbench.backends import Backend, make_backend
+from llmbench.config import RunConfig
+from llmbench.console import RunProgress
+from llmbench.env import collect_environment
+from llmbench.metrics import compute_metrics, summarize_steps
+from llmbench.results import RequestRecord, ResultWriter, build_summary
+from llmbench.workload import Workload, WorkloadRequest, build_workload
+
+logger = logging.getLogger(__name__)
+
+STEP_FLUSH_INTERVAL_S = 0.5  # steps.csv is written in batches to keep file I/O out of most steps
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    summary: dict[str, Any]
+    interrupted: bool = False
+
+
+@dataclass
+class _RunState:
+    """What the phases of one run share: the backend, where rows go, and what was measured."""
+
+    backend: Backend
+    writer: ResultWriter
+    config: RunConfig
+    progress: RunProgress | None
+    run_start: float
+    step_rows: list[dict[str, Any]] = field(default_factory=list)
+    records: list[RequestRecord] = field(default_factory=list)
+
+
+def run_benchmark(
+    config: RunConfig,
+    run_dir: Path,
+    repeat: int = 1,
+    backend: Backend | None = None,
+    progress: RunProgress | None = None,
+) -> RunResult:
+    """Run the warm-up, then `repeat` timed trials. Trial k uses workload seed + k, so trials are
+    independent samples and none finds an identical earlier trial in the prefix cache."""
+    backend = backend or make_backend(config)
+    try:
+        workloads = [build_workload(config, backend.model_info, trial=k) for k in range(repeat)]
+        started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        run_start = time.perf_counter()
+        writer = ResultWriter(run_dir, config.to_dict(), run_start, config.output.save_tokens)
+        state = _RunState(backend, writer, config, progress, run_start)
+        trial_metrics: list[dict[str, Any]] = []
+        complete = interrupted = False
+        try:
+            _run_trials(state, workloads, trial_metrics)
+            complete = True
+        except KeyboardInterrupt:
+            interrupted = True
+            logger.warning("interrupted: writing partial results")
+        finally:
+            summary = build_summary(
+                name=config.name,
+                complete=complete,
+                started_at=started_at,
+                config=config.to_dict(),
+                environment=collect_environment(),
+                trials=trial_metrics,
+                steps=summarize_steps(state.step_rows),
+            )
+            writer.write_summary(summary)
+            writer.close()
+        return RunResult(Path(run_dir), summary, interrupted)
+    finally:
+        backend.close()
+
+
+def _run_trials(state: _RunState, workloads: list[Workload], trial_metrics: list[dict[str, Any]]) -> None:
+    """Appends each trial's metrics as it ends, partial trials included."""
+    if workloads[0].warmup:
+        _run_phase(state, workloads[0].warmup, trial=0, warmup=True, label="warm-up")
+        state.backend.drain_step_records()  # warm-up steps are not part of the measurement
+    for k, workload in enumerate(workloads):
+        first = len(state.records)
+        try:
+            _run_phase(
+                state, workload.requests, trial=k, warmup=False, label=f"trial {k + 1}/{len(workloads)}"
+            )
+        finally:
+            metrics = compute_metrics(
+                state.records[first:], state.config.output.percentiles, state.config.slo
+            )
+            trial_metrics.append(metrics)
+
+
+def _run_phase(
+    state: _RunState, requests: list[WorkloadRequest], trial: int, warmup: bool, label: str
+) -> None:
+    backend = state.backend
+    limit = state.config.workload.max_concurrency
+    pending = deque(requests)
+    live: dict[str, RequestRecord] = {}  # by backend request id
+    if state.progress:
+        state.progress.phase(label, len(requests))
+    phase_start = time.perf_counter()
+    last_flush = phase_start
+    # when a full concurrency window last opened a slot: a request that waited for it counts from then
+    slot_opened = -math.inf
+    try:
+        while pending or live:
+            now = time.perf_counter()
+            while pending and now >= phase_start + pending[0].arrival_time:
+                if limit is not None and len(live) >= limit:
+                    break
+                request = pending.popleft()
+                # an in-process engine blocks this loop during a step; a request due meanwhile is
+                # stamped at its due time, as a server would have received it then
+                submit = max(phase_start + request.arrival_time, slot_opened)
+                backend_id = f"{trial}:{request.request_id}"
+                live[backend_id] = _submit(state, backend_id, request, trial, warmup, submit)
+            if not live:
+                time.sleep(max(0.0, phase_start + pending[0].arrival_time - time.perf_counter()))
+                continue
+            was_full = limit is not None and len(live) >= limit
+            outputs = backend.poll()
+            arrival = time.perf_counter()
+            for output in outputs:
+                record = live.get(output.request_id)
+                if record is None:
+                    continue
+                _record_output(record, output, arrival - state.run_start, state.config.output.save_tokens)
+                if output.finished:
+                    del live[output.request_id]
+                    _finish(state, record)
+            if was_full and len(live) < limit:
+                slot_opened = arrival
+            if arrival - last_flush > STEP_FLUSH_INTERVAL_S:
+                _flush_steps(state, trial, warmup)
+                last_flush = arrival
+        _flush_steps(state, trial, warmup)
+    except BaseException:
+        # keep what the unfinished requests got so far; their finish_reason stays None
+        for record in live.values():
+            _finish(state, record)
+        _flush_steps(state, trial, warmup)
+        raise
+
+
+def _submit(
+    state: _RunState, backend_id: str, request: WorkloadRequest, trial: int, warmup: bool, submit_time: float
+) -> RequestRecord:
+    save_tokens = state.config.output.save_tokens
+    record = RequestRecord(
+        id=request.request_id,
+        trial=trial,
+        warmup=warmup,
+        prompt_len=len(request.prompt_token_ids),
+        submit_time=submit_time - state.run_start,
+        prompt_token_ids=list(request.prompt_token_ids) if save_tokens else None,
+        output_token_ids=[] if save_tokens else None,
+    )
+    workload = state.config.workload
+    params = SamplingParams(
+        max_tokens=request.output_len, temperature=workload.temperature, ignore_eos=workload.ignore_eos
+    )
+    state.backend.submit(backend_id, request.prompt_token_ids, params)
+    return record
+
+
+def _record_output(record: RequestRecord, output: RequestOutput, arrival: float, save_tokens: bool) -> None:
+    n = len(output.new_token_ids)
+    if n:
+        if record.first_token_time is None:
+            record.first_token_time = arrival
+        record.token_times.extend([arrival] * n)
+        record.output_len += n
+        if save_tokens:
+            record.output_token_ids.extend(output.new_token_ids)
+    if output.finished:
+        record.finish_reason = output.finish_reason.value if output.finish_reason else None
+        record.error = output.error
+
+
+def _finish(state: _RunState, record: RequestRecord) -> None:
+    state.writer.add_request(record)
+    state.records.append(record)
+    if state.progress:
+        state.progress.request_done(record)
+
+
+def _flush_steps(state: _RunState, trial: int, warmup: bool) -> None:
+    if warmup:
+        return
+    steps = state.backend.drain_step_records()
+    state.writer.add_steps(steps, trial)
+    state.step_rows.extend(dataclasses.asdict(s) for s in steps)
