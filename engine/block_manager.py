@@ -1,0 +1,126 @@
+"""Paged KV allocation: a fixed pool of blocks, ref counts, per-sequence block tables, and the
+prefix cache. A full block's hash is chained over the whole prefix, so equal hashes mean equal
+prefixes, not just equal blocks. Freed hashed blocks stay reusable until a fresh block is needed."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from engine.sequence import Sequence
+
+_ROOT_HASH = 0  # parent of a sequence's first block
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool):
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.prefix_caching = prefix_caching
+        # parallel arrays instead of block objects: a pool can hold 100k+ blocks
+        self.ref_counts = [0] * num_blocks
+        self.block_hash: list[int | None] = [None] * num_blocks
+        self.block_tokens: list[tuple[int, ...] | None] = [None] * num_blocks
+        self.hash_to_block: dict[int, int] = {}
+        # free blocks in two pools: plain ones are handed out first, so cached prefixes live longer
+        self.free_plain: list[int] = list(range(num_blocks - 1, -1, -1))
+        self.free_cached: OrderedDict[int, None] = OrderedDict()  # least recently freed first
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free_plain) + len(self.free_cached)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - self.num_free
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def lookup_prefix(self, seq: Sequence) -> list[int]:
+        """Cached blocks holding the longest full-block prefix of seq. At least the last token is
+        left out, because the model must run on it to produce the next token's logits."""
+        if not self.prefix_caching:
+            return []
+        bs = self.block_size
+        tokens = seq.token_ids
+        hits: list[int] = []
+        for i in range((len(tokens) - 1) // bs):
+            block = self.hash_to_block.get(self._block_hash(seq, i))
+            # compare tokens too: a hash collision must never serve another prompt's KV
+            if block is None or self.block_tokens[block] != tuple(tokens[i * bs : (i + 1) * bs]):
+                break
+            hits.append(block)
+        return hits
+
+    def allocate(self, seq: Sequence, num_tokens: int, cached: list[int] | None = None) -> bool:
+        """Grow seq's block table to cover num_tokens, first with `cached` prefix blocks (only for
+        an empty table). False, changing nothing, when the free pool is too small."""
+        table = seq.block_table
+        if num_tokens <= len(table) * self.block_size:
+            return True
+        cached = cached or []
+        num_fresh = self.blocks_for(num_tokens) - len(table) - len(cached)
+        num_revived = sum(1 for b in cached if self.ref_counts[b] == 0)
+        if num_fresh + num_revived > self.num_free:
+            return False
+        for block in cached:
+            if self.ref_counts[block] == 0:
+                del self.free_cached[block]
+            self.ref_counts[block] += 1
+        if cached:
+            table.extend(cached)
+            seq.num_cached_blocks = len(table)
+        for _ in range(num_fresh):
+            table.append(self._take_fresh())
+        return True
+
+    def free(self, seq: Sequence) -> None:
+        # tail first: a prefix's last blocks are the least likely to be shared, so evict them first
+        for block in reversed(seq.block_table):
+            self.ref_counts[block] -= 1
+            if self.ref_counts[block] == 0:
+                if self.block_hash[block] is None:
+                    self.free_plain.append(block)
+                else:
+                    self.free_cached[block] = None
+        seq.block_table = []
+        seq.num_cached_blocks = 0
+
+    def cache_full_blocks(self, seq: Sequence) -> None:
+        """Register seq's blocks that became full and computed, so later requests can reuse them."""
+        num_full = seq.num_computed // self.block_size
+        if num_full <= seq.num_cached_blocks:
+            return
+        if self.prefix_caching:
+            bs = self.block_size
+            for i in range(seq.num_cached_blocks, num_full):
+                block_hash = self._block_hash(seq, i)
+                # equal content computed twice (two requests in flight): keep the first, this one stays plain
+                if block_hash not in self.hash_to_block:
+                    block = seq.block_table[i]
+                    self.hash_to_block[block_hash] = block
+                    self.block_hash[block] = block_hash
+                    self.block_tokens[block] = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+        seq.num_cached_blocks = num_full  # without caching: just marks these blocks as dealt with
+
+    def _block_hash(self, seq: Sequence, index: int) -> int:
+        """Chained hash of seq's full block `index`, memoized on the sequence across preemptions."""
+        hashes = seq.block_hashes
+        bs = self.block_size
+        while len(hashes) <= index:
+            i = len(hashes)
+            parent = hashes[i - 1] if i else _ROOT_HASH
+            hashes.append(hash((parent, tuple(seq.token_ids[i * bs : (i + 1) * bs]))))
+        return hashes[index]
+
+    def _take_fresh(self) -> int:
+        if self.free_plain:
+            block = self.free_plain.pop()
+        else:
+            # evict the least recently freed cached block
+            block, _ = self.free_cached.popitem(last=False)
+            del self.hash_to_block[self.block_hash[block]]
+            self.block_hash[block] = None
+            self.block_tokens[block] = None
+        self.ref_counts[block] = 1
+        return block

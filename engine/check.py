@@ -1,0 +1,46 @@
+"""Invariant checks for tests and debugging: they walk every block, so keep them off the hot path."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from engine.block_manager import BlockManager
+from engine.sequence import Sequence
+
+
+def assert_block_manager_consistent(block_manager: BlockManager, seqs: list[Sequence]) -> None:
+    """Pools, ref counts and the prefix-cache map agree with each other and with `seqs`, the
+    sequences currently holding blocks."""
+    bm = block_manager
+    plain, cached = bm.free_plain, list(bm.free_cached)
+    free = plain + cached
+    assert len(set(free)) == len(free), "a block sits twice in the free pools"
+    assert bm.num_free + bm.num_used == bm.num_blocks
+    assert all(0 <= b < bm.num_blocks for b in free), "free pool holds an unknown block id"
+
+    holders = Counter(b for seq in seqs for b in seq.block_table)
+    for block, ref_count in enumerate(bm.ref_counts):
+        assert ref_count >= 0, f"block {block} has ref count {ref_count}"
+        held = holders[block]
+        assert ref_count == held, f"block {block}: ref count {ref_count}, held {held} times"
+    free_set = set(free)
+    for block, ref_count in enumerate(bm.ref_counts):
+        assert (ref_count == 0) == (block in free_set), f"block {block}: ref count {ref_count} vs free pools"
+
+    assert all(bm.block_hash[b] is None for b in plain), "a plain free block still carries a hash"
+    assert all(bm.block_hash[b] is not None for b in cached), "a cached free block lost its hash"
+    for block_hash, block in bm.hash_to_block.items():
+        assert bm.block_hash[block] == block_hash, f"block {block} not registered under its hash"
+    assert len(bm.hash_to_block) == sum(h is not None for h in bm.block_hash), "stray block hash"
+
+    for seq in seqs:
+        assert len(seq.block_table) * bm.block_size >= seq.num_computed, f"{seq} lacks blocks"
+
+
+def assert_engine_empty(engine) -> None:
+    """No request left anywhere, and every KV block is free (plain or cached) with ref count 0."""
+    assert not engine.scheduler.waiting, f"waiting: {list(engine.scheduler.waiting)}"
+    assert not engine.scheduler.running, f"running: {engine.scheduler.running}"
+    assert not engine.has_unfinished(), "engine still reports unfinished requests"
+    assert_block_manager_consistent(engine.block_manager, [])
+    assert engine.block_manager.num_free == engine.block_manager.num_blocks

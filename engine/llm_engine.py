@@ -1,0 +1,218 @@
+"""The engine's step loop: schedule, execute, process outputs. Requests come in through
+add_request and leave as RequestOutputs from step(); a bad request fails alone, as an output."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import operator
+import time
+
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.output_processor import OutputProcessor
+from engine.request import FinishReason, RequestOutput, SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+from engine.timing import PhaseClock, StepRecord
+
+logger = logging.getLogger(__name__)
+
+
+def make_executor(config: EngineConfig):
+    """The null executor or the real model runner; the one place that chooses."""
+    if config.model.executor == "null":
+        from engine.null_executor import NullExecutor
+
+        return NullExecutor(config)
+    # imported here so null-executor runs never load the model stack
+    from engine.model_runner import ModelRunner
+
+    return ModelRunner(config)
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self.executor = make_executor(config)
+        self.block_manager = BlockManager(self.executor.num_blocks, config.block_size, config.prefix_caching)
+        self.scheduler = Scheduler(config, self.block_manager)
+        self.output_processor = OutputProcessor(self.scheduler, self.executor.shape.eos_token_id)
+        self._requests: dict[str, Sequence] = {}  # live: waiting or running
+        self._pending: list[RequestOutput] = []  # errors, rejections, aborts: emitted by the next step
+        self._seq_ids = itertools.count()
+        self._generate_ids = itertools.count()
+        self._step_count = 0
+        self._step_records: list[StepRecord] = []
+
+    # requests in
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        arrival_time: float | None = None,
+    ) -> None:
+        arrival_time = time.perf_counter() if arrival_time is None else arrival_time
+        problem = self._input_problem(request_id, prompt_token_ids, params)
+        if problem is not None:
+            num_prompt = len(prompt_token_ids) if isinstance(prompt_token_ids, (list, tuple)) else 0
+            self._finish_early(request_id, FinishReason.ERROR, problem, num_prompt)
+            return
+        problem = self._rejection(len(prompt_token_ids), params)
+        if problem is not None:
+            self._finish_early(request_id, FinishReason.REJECTED, problem, len(prompt_token_ids))
+            return
+        seq = Sequence(next(self._seq_ids), request_id, prompt_token_ids, params, arrival_time)
+        self._requests[request_id] = seq
+        self.scheduler.add(seq)
+
+    def _input_problem(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
+    ) -> str | None:
+        if request_id in self._requests:
+            return f"duplicate request id {request_id!r}"
+        if not isinstance(params, SamplingParams):
+            return f"params must be SamplingParams, got {type(params).__name__}"
+        problem = params.problem()
+        if problem is not None:
+            return problem
+        if not isinstance(prompt_token_ids, (list, tuple)):
+            return f"prompt_token_ids must be a list of integers, got {type(prompt_token_ids).__name__}"
+        if not prompt_token_ids:
+            return "empty prompt"
+        vocab_size = self.executor.shape.vocab_size
+        try:
+            ids = [operator.index(t) for t in prompt_token_ids]
+        except TypeError:
+            return "prompt token ids must be integers"
+        if min(ids) < 0 or max(ids) >= vocab_size:
+            return f"prompt token id outside the vocabulary [0, {vocab_size})"
+        return None
+
+    def _rejection(self, num_prompt_tokens: int, params: SamplingParams) -> str | None:
+        total = num_prompt_tokens + params.max_tokens
+        max_model_len = self.executor.max_model_len
+        if total > max_model_len:
+            return (
+                f"prompt ({num_prompt_tokens} tokens) + max_tokens ({params.max_tokens}) "
+                f"exceeds max_model_len {max_model_len}"
+            )
+        # the last generated token never enters the KV cache
+        needed = self.block_manager.blocks_for(total - 1)
+        if needed > self.block_manager.num_blocks:
+            return f"needs {needed} KV blocks, the pool has {self.block_manager.num_blocks}"
+        return None
+
+    def _finish_early(self, request_id: str, reason: FinishReason, message: str, num_prompt: int) -> None:
+        logger.debug("request %r finishes %s: %s", request_id, reason.value, message)
+        self._pending.append(
+            RequestOutput(
+                request_id,
+                [],
+                finished=True,
+                finish_reason=reason,
+                error=message,
+                num_prompt_tokens=num_prompt,
+            )
+        )
+
+    def abort(self, request_id: str) -> None:
+        seq = self._requests.pop(request_id, None)
+        if seq is None:
+            return  # already finished, or never known
+        self.scheduler.abort(seq)
+        self._pending.append(
+            RequestOutput(
+                request_id,
+                [],
+                finished=True,
+                finish_reason=FinishReason.ABORT,
+                t_scheduled=seq.t_scheduled,
+                num_prompt_tokens=seq.num_prompt_tokens,
+                num_cached_tokens=seq.num_cached_tokens,
+                token_ids=seq.output_token_ids,
+            )
+        )
+
+    def has_unfinished(self) -> bool:
+        return bool(self._requests or self._pending)
+
+    # the loop
+
+    def step(self) -> list[RequestOutput]:
+        clock = PhaseClock()
+        scheduled = self.scheduler.schedule()
+        schedule_ms = clock.lap_ms()
+        batch = scheduled.batch
+        sampled: list[list[int]] = []
+        prepare_ms = sample_ms = 0.0
+        if batch.seqs:
+            token_tensor = self.executor.execute(batch)
+            prepare_ms = clock.lap_ms()
+            sampled = token_tensor.tolist()
+            sample_ms = clock.lap_ms()
+        outputs, finished = self.output_processor.process(scheduled, sampled)
+        for seq in finished:
+            del self._requests[seq.request_id]
+        if self._pending:
+            now = time.perf_counter()
+            for output in self._pending:
+                output.t_emit = now
+            outputs = self._pending + outputs
+            self._pending = []
+        output_ms = clock.lap_ms()
+        if self.config.step_timing:
+            self._step_records.append(
+                StepRecord(
+                    step=self._step_count,
+                    t_start=clock.start,
+                    t_end=clock.last,
+                    num_prefill_tokens=batch.num_prefill_tokens,
+                    num_decode_seqs=batch.num_decode_seqs,
+                    num_running=len(self.scheduler.running),
+                    num_waiting=len(self.scheduler.waiting),
+                    num_blocks_used=self.block_manager.num_used,
+                    num_preempted=scheduled.num_preempted,
+                    num_steps=batch.num_steps,
+                    schedule_ms=schedule_ms,
+                    prepare_ms=prepare_ms,
+                    sample_ms=sample_ms,
+                    output_ms=output_ms,
+                )
+            )
+        self._step_count += 1
+        return outputs
+
+    def drain_step_records(self) -> list[StepRecord]:
+        records, self._step_records = self._step_records, []
+        return records
+
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
+    ) -> list[list[int]]:
+        """Run prompts to completion and return each one's output tokens. Meant for offline use:
+        outputs of requests added by other callers meanwhile are dropped."""
+        params_list = params if isinstance(params, list) else [params] * len(prompts)
+        if len(params_list) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(params_list)} sampling params")
+        index = {}
+        for prompt, prompt_params in zip(prompts, params_list, strict=True):
+            request_id = f"generate-{next(self._generate_ids)}"
+            index[request_id] = len(index)
+            self.add_request(request_id, prompt, prompt_params)
+        results: list[list[int] | None] = [None] * len(prompts)
+        problems = []
+        while any(r is None for r in results):
+            for output in self.step():
+                if output.finished and output.request_id in index:
+                    results[index[output.request_id]] = output.token_ids
+                    if output.error is not None:
+                        problems.append(f"prompt {index[output.request_id]}: {output.error}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return results
+
+    def shutdown(self) -> None:
+        self.executor.shutdown()

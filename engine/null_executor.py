@@ -1,0 +1,67 @@
+"""An executor without a model: it answers every step at once with tokens derived from
+(seq_id, position). Running the engine on it measures pure CPU overhead (scheduling, input
+bookkeeping, output processing) on any machine."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+
+from engine.batch import ScheduledBatch
+from engine.config import ConfigError, EngineConfig
+from engine.models.llama import PRESETS, LlamaShape
+
+logger = logging.getLogger(__name__)
+
+_MAX_DEFAULT_BLOCKS = 1 << 18
+
+
+class NullExecutor:
+    def __init__(self, config: EngineConfig):
+        self.shape = self._shape(config)
+        self.max_model_len = config.max_model_len or self.shape.max_position_embeddings
+        self.num_blocks = self._num_blocks(config)
+        self.device = torch.device("cpu")
+        logger.info("null executor: %d KV blocks, max_model_len %d", self.num_blocks, self.max_model_len)
+
+    @staticmethod
+    def _shape(config: EngineConfig) -> LlamaShape:
+        if config.model.path is not None:
+            config_file = Path(config.model.path) / "config.json"
+            if not config_file.is_file():
+                raise ConfigError("model.path", f"no config.json in {config.model.path}")
+            return LlamaShape.from_hf_config(json.loads(config_file.read_text()))
+        preset = config.model.preset
+        if preset not in PRESETS:
+            raise ConfigError("model.preset", f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+        return PRESETS[preset]
+
+    def _num_blocks(self, config: EngineConfig) -> int:
+        """Sized as the model runner would for the same settings, so preemption behaves alike."""
+        if config.num_gpu_blocks is not None:
+            return config.num_gpu_blocks
+        if config.kv_cache_memory_gb is not None:
+            dtype_bytes = 4 if config.model.dtype == "float32" else 2
+            block_bytes = self.shape.kv_bytes_per_token(dtype_bytes) * config.block_size
+            return max(1, int(config.kv_cache_memory_gb * 1e9 // block_bytes))
+        # large enough that nothing is ever preempted, capped to stay cheap for 128k-context presets
+        blocks_per_seq = -(-self.max_model_len // config.block_size)
+        return min(config.max_num_seqs * blocks_per_seq, _MAX_DEFAULT_BLOCKS)
+
+    def execute(self, batch: ScheduledBatch) -> torch.Tensor:
+        vocab = self.shape.vocab_size
+        eos = self.shape.eos_token_id
+        tokens = []
+        for step in range(batch.num_steps):
+            for seq in batch.seqs:
+                if seq.sample:
+                    # the token sampled here lands at position seq_len (+ step for later forwards)
+                    token = (seq.seq_id * 1_000_003 + (seq.seq_len + step) * 7_919) % (vocab - 1)
+                    tokens.append(token + 1 if token >= eos else token)  # skip EOS
+        return torch.tensor(tokens, dtype=torch.int64).view(batch.num_steps, -1)
+
+    def shutdown(self) -> None:
+        pass

@@ -1,0 +1,79 @@
+"""Per-request state inside the engine. A sequence keeps its token list and block table for its
+whole life, so each step only moves counters instead of rebuilding lists."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from engine.request import FinishReason, SamplingParams
+
+
+class SequenceStatus(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Sequence:
+    __slots__ = (
+        "seq_id",
+        "request_id",
+        "params",
+        "arrival_time",
+        "token_ids",
+        "num_prompt_tokens",
+        "num_computed",
+        "block_table",
+        "block_hashes",
+        "num_cached_blocks",
+        "num_cached_tokens",
+        "t_scheduled",
+        "status",
+        "finish_reason",
+    )
+
+    def __init__(
+        self,
+        seq_id: int,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        arrival_time: float,
+    ):
+        self.seq_id = seq_id
+        self.request_id = request_id
+        self.params = params
+        self.arrival_time = arrival_time
+        self.token_ids = list(prompt_token_ids)  # prompt, then outputs appended in place
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.num_computed = 0  # tokens whose K/V is in the cache
+        self.block_table: list[int] = []
+        self.block_hashes: list[int] = []  # chained hash of each full block, kept across preemption
+        self.num_cached_blocks = 0  # leading full blocks already offered to the prefix cache
+        self.num_cached_tokens = 0  # prompt tokens served from the prefix cache on first admission
+        self.t_scheduled: float | None = None
+        self.status = SequenceStatus.WAITING
+        self.finish_reason: FinishReason | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def max_len(self) -> int:
+        """Longest this sequence can grow: prompt plus every token it may generate."""
+        return self.num_prompt_tokens + self.params.max_tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"Sequence({self.request_id!r}, tokens={self.num_tokens}, computed={self.num_computed}, "
+            f"blocks={len(self.block_table)}, {self.status.value})"
+        )
