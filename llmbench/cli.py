@@ -91,5 +91,34 @@ def env(
     typer.echo(json.dumps(info, indent=2))
 
 
+@app.command()
+def kernels(
+    dtype: Annotated[str, typer.Option(help="Data type: bf16 or fp16")] = "bf16",
+    out: Annotated[Path | None, typer.Option(help="Write the results as JSON to this file")] = None,
+) -> None:
+    """Time each Triton kernel at Llama-3-8B shapes against the GPU's measured copy bandwidth and GEMM rate.
+
+    Example:
+
+        llmbench kernels --out results/h200/kernels.json
+    """
+    import sys
+
+    from llmbench.kernel_bench import KernelBenchError, result_table, run_kernel_bench
+    from llmbench.results import write_atomic
+
+    setup_logging()
+    try:
+        result = run_kernel_bench(dtype)
+    except KernelBenchError as e:
+        raise usage_error(str(e)) from None
+    result = {"command": " ".join(["llmbench", *sys.argv[1:]]), **result}
+    console.print(result_table(result))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(out, json.dumps(result, indent=2) + "\n")
+        console.print(f"results: {out}", highlight=False)
+
+
 def main() -> None:
     app()
