@@ -18,6 +18,7 @@ import triton.language as tl
 
 LOG2E = 1.4426950408889634
 MIN_PARTITION = 128  # tokens: below this a split costs more in merging than it gains in parallelism
+PROGRAMS_PER_SM = 2  # split long contexts until the grid has this many programs per multiprocessor
 # launch parameters, tuned on an H200 for Llama-3-8B heads (see results/h200/kernels.json)
 DECODE_LAUNCH = {"block_n": 64, "num_warps": 4, "num_stages": 2}
 
@@ -153,9 +154,9 @@ def _decode_partitions(
     batch: int, num_kv_heads: int, max_context: int, device: torch.device
 ) -> tuple[int, int]:
     """(num_splits, partition_size) from shapes alone, so the launch needs no host sync and a CUDA graph
-    can capture it: split until there are about two programs per multiprocessor."""
+    can capture it: split until the grid fills the GPU (PROGRAMS_PER_SM)."""
     programs = batch * num_kv_heads
-    wanted = max(1, math.ceil(2 * _num_sms(device) / programs))
+    wanted = max(1, math.ceil(PROGRAMS_PER_SM * _num_sms(device) / programs))
     num_splits = max(1, min(wanted, max_context // MIN_PARTITION))
     partition = math.ceil(max_context / num_splits)
     return math.ceil(max_context / partition), partition
