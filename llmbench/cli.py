@@ -48,6 +48,7 @@ def run(
 
         llmbench run configs/quickstart.yaml --set workload.num_requests=16 --set engine.prefix_caching=false
     """
+    from llmbench.backends import make_backend
     from llmbench.results import default_run_dir
     from llmbench.runner import run_benchmark
 
@@ -58,8 +59,12 @@ def run(
         raise usage_error(str(e)) from None
     run_dir = out or Path(cfg.output.dir or default_run_dir(cfg.name))
     try:
+        backend = make_backend(cfg)
+    except ValueError as e:  # the model settings name something unusable: preset, path, device
+        raise usage_error(f"{config.name}: {e}") from None
+    try:
         with RunProgress() as progress:
-            result = run_benchmark(cfg, run_dir, repeat=repeat, progress=progress)
+            result = run_benchmark(cfg, run_dir, repeat=repeat, backend=backend, progress=progress)
     except (ConfigError, WorkloadError) as e:
         raise usage_error(f"{config.name}: {e}") from None
     except Exception:

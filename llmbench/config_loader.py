@@ -77,7 +77,9 @@ def _scalar(hint: type, value: Any, path: str, bounds: Any) -> Any:
     gt, ge = bounds.get("gt"), bounds.get("ge")
     in_range = ok and (gt is None or value > gt) and (ge is None or value >= ge)
     if not in_range:
-        raise ConfigError(path, f"expected {_describe(hint, bounds)}, got {_show(value)}")
+        # YAML reads a bare `null` as None, never as the string some fields (model.executor) accept
+        hint_text = ' (quote it, "null", to mean the string)' if hint is str and value is None else ""
+        raise ConfigError(path, f"expected {_describe(hint, bounds)}, got {_show(value)}{hint_text}")
     return value
 
 

@@ -1,0 +1,226 @@
+"""The transformers peer: the same weights run by `LlamaForCausalLM.generate` in static batches.
+
+Requests queue up; a worker thread takes up to batch_size of them, left-pads them into one batch and
+generates greedily until the longest is done, as a simple static-batching server would. A streamer
+stamps each decode step once for the whole batch; poll() hands over what arrived since last time."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+
+import torch
+
+from engine.loader import hf_tensor_names, load_model
+from engine.models.llama import LlamaShape
+from engine.request import FinishReason, RequestOutput, SamplingParams
+from llmbench.backends import ModelInfo
+from llmbench.config import RunConfig
+
+logger = logging.getLogger(__name__)
+
+POLL_WAIT_S = 0.005  # how long poll() waits for the worker before handing control back to the runner
+
+
+class _Stopped(Exception):
+    """Raised inside generate() to abandon a batch when the backend closes."""
+
+
+class HFBackend:
+    def start(self, config: RunConfig) -> None:
+        from transformers import LlamaConfig, LlamaForCausalLM
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+        engine_model = load_model(config.model)
+        shape = engine_model.shape
+        if shape.attention_bias:
+            raise ValueError("backend.type hf: only Llama shapes without attention bias are supported")
+        with torch.device("meta"):
+            self.model = LlamaForCausalLM(LlamaConfig(**hf_config(shape)))
+        # assign=True makes the HF parameters views of the engine's tensors: one copy of the weights
+        self.model.load_state_dict(hf_state_dict(engine_model, shape), assign=True)
+        # the rotary tables are computed, not loaded: build them on the weights' device
+        self.model.model.rotary_emb = LlamaRotaryEmbedding(self.model.config).to(self.model.device)
+        self.model.eval()
+        self.model_info = ModelInfo(
+            vocab_size=shape.vocab_size,
+            eos_token_id=shape.eos_token_id,
+            max_model_len=config.engine.max_model_len or shape.max_position_embeddings,
+            special_token_ids=tuple(t for t in (shape.bos_token_id, shape.eos_token_id) if t >= 0),
+        )
+        self.batch_size = config.hf_batch_size
+        self._queued: deque[tuple[str, list[int], SamplingParams]] = deque()
+        self._work = threading.Condition()
+        self._outputs: queue.Queue[RequestOutput] = queue.Queue()
+        self._num_unfinished = 0
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._worker = threading.Thread(target=self._serve, name="hf-generate", daemon=True)
+        self._worker.start()
+
+    def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        self._num_unfinished += 1
+        problem = self._problem(prompt_token_ids, params)
+        if problem is not None:
+            reason, message = problem
+            self._outputs.put(RequestOutput(request_id, [], True, reason, message, time.perf_counter()))
+            return
+        with self._work:
+            self._queued.append((request_id, list(prompt_token_ids), params))
+            self._work.notify()
+
+    def poll(self) -> list[RequestOutput]:
+        outputs = []
+        try:
+            outputs.append(self._outputs.get(timeout=POLL_WAIT_S))
+            while True:
+                outputs.append(self._outputs.get_nowait())
+        except queue.Empty:
+            pass
+        if self._error is not None:
+            raise RuntimeError("hf generate failed") from self._error
+        self._num_unfinished -= sum(1 for o in outputs if o.finished)
+        return outputs
+
+    def has_unfinished(self) -> bool:
+        return self._num_unfinished > 0
+
+    def drain_step_records(self) -> list:
+        return []  # generate() exposes no per-step breakdown
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._work:
+            self._work.notify()
+        self._worker.join()
+
+    def _problem(self, prompt: list[int], params: SamplingParams) -> tuple[FinishReason, str] | None:
+        if params.problem():
+            return FinishReason.ERROR, params.problem()
+        if not prompt or min(prompt) < 0 or max(prompt) >= self.model_info.vocab_size:
+            return FinishReason.ERROR, "empty prompt or token id outside the vocabulary"
+        if len(prompt) + params.max_tokens > self.model_info.max_model_len:
+            return FinishReason.REJECTED, f"longer than max_model_len {self.model_info.max_model_len}"
+        return None
+
+    def _serve(self) -> None:
+        try:
+            while not self._stop.is_set():
+                with self._work:
+                    while not self._queued and not self._stop.is_set():
+                        self._work.wait()
+                    n = min(self.batch_size, len(self._queued))
+                    batch = [self._queued.popleft() for _ in range(n)]
+                if batch:
+                    self._generate(batch)
+        except _Stopped:
+            pass
+        except BaseException as e:  # surfaced to the runner by the next poll()
+            self._error = e
+            self._outputs.put(RequestOutput("", [], False))
+
+    @torch.inference_mode()
+    def _generate(self, batch: list[tuple[str, list[int], SamplingParams]]) -> None:
+        longest = max(len(prompt) for _, prompt, _ in batch)
+        pad = 0
+        ids = torch.tensor([[pad] * (longest - len(p)) + p for _, p, _ in batch], device=self.model.device)
+        mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for _, p, _ in batch], device=ids.device)
+        max_new = max(params.max_tokens for _, _, params in batch)
+        ignore_eos = all(params.ignore_eos for _, _, params in batch)
+        temperature = batch[0][2].temperature
+        sampling = (
+            {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+        )
+        self.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max_new,
+            min_new_tokens=max_new if ignore_eos else 0,
+            pad_token_id=pad,
+            eos_token_id=None if ignore_eos else self.model_info.eos_token_id,
+            streamer=_BatchStreamer(batch, self._outputs, self._stop, self.model_info.eos_token_id),
+            **sampling,
+        )
+
+
+class _BatchStreamer:
+    """Turns generate()'s per-step token tensors into per-request outputs, one timestamp a step."""
+
+    def __init__(self, batch: list, outputs: queue.Queue, stop: threading.Event, eos_token_id: int):
+        self.batch = batch
+        self.outputs = outputs
+        self.stop = stop
+        self.eos_token_id = eos_token_id
+        self.generated = [[] for _ in batch]
+        self.done = [False] * len(batch)
+        self.prompt_seen = False
+
+    def put(self, tokens: torch.Tensor) -> None:
+        if self.stop.is_set():
+            raise _Stopped
+        if not self.prompt_seen:  # the first call carries the prompts
+            self.prompt_seen = True
+            return
+        now = time.perf_counter()
+        for i, token in enumerate(tokens.view(-1).tolist()):
+            if self.done[i]:
+                continue
+            request_id, _, params = self.batch[i]
+            self.generated[i].append(token)
+            stop = (
+                not params.ignore_eos
+                and token == self.eos_token_id
+                and len(self.generated[i]) > params.min_tokens
+            )
+            length = len(self.generated[i]) >= params.max_tokens
+            self.done[i] = stop or length
+            reason = (FinishReason.STOP if stop else FinishReason.LENGTH) if self.done[i] else None
+            token_ids = list(self.generated[i]) if self.done[i] else []
+            self.outputs.put(
+                RequestOutput(request_id, [token], self.done[i], reason, t_emit=now, token_ids=token_ids)
+            )
+
+    def end(self) -> None:
+        pass
+
+
+def hf_config(shape: LlamaShape) -> dict:
+    """transformers LlamaConfig arguments for an engine shape."""
+    rope = {"rope_type": "default", "rope_theta": shape.rope_theta}
+    if shape.rope_scaling:
+        rope = {**shape.rope_scaling, "rope_theta": shape.rope_theta}
+    return {
+        "vocab_size": shape.vocab_size,
+        "hidden_size": shape.hidden_size,
+        "intermediate_size": shape.intermediate_size,
+        "num_hidden_layers": shape.num_layers,
+        "num_attention_heads": shape.num_heads,
+        "num_key_value_heads": shape.num_kv_heads,
+        "head_dim": shape.head_dim,
+        "rms_norm_eps": shape.rms_norm_eps,
+        "max_position_embeddings": shape.max_position_embeddings,
+        "tie_word_embeddings": shape.tie_word_embeddings,
+        "rope_parameters": rope,
+        "bos_token_id": shape.bos_token_id,
+        "eos_token_id": shape.eos_token_id,
+    }
+
+
+def hf_state_dict(model: torch.nn.Module, shape: LlamaShape) -> dict[str, torch.Tensor]:
+    """The engine's parameters under HF names, fused projections split back into their parts."""
+    part_sizes = {
+        "qkv_proj": [shape.q_size, shape.kv_size, shape.kv_size],
+        "gate_up_proj": [shape.intermediate_size, shape.intermediate_size],
+    }
+    state = {}
+    for name, tensor in model.named_parameters():
+        targets = hf_tensor_names(name)
+        if len(targets) == 1:
+            state[targets[0]] = tensor
+            continue
+        fused = next(key for key in part_sizes if f".{key}." in name)
+        state.update(zip(targets, tensor.split(part_sizes[fused]), strict=True))
+    return state
