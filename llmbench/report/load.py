@@ -1,0 +1,179 @@
+"""Read a run directory into what the report draws. A run cut short (no summary.json, or
+complete=false) has its metrics recomputed from requests.jsonl and steps.csv, and is marked incomplete."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from llmbench.config import SloConfig
+from llmbench.metrics import compute_metrics, latency_samples, median_over_trials, summarize_steps
+from llmbench.results import RequestRecord
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
+_RECORD_FIELDS = {f.name for f in dataclasses.fields(RequestRecord)}
+
+
+class ReportError(ValueError):
+    """A run directory the report cannot read: exit code 2."""
+
+
+@dataclass
+class RunData:
+    path: Path
+    summary: dict[str, Any]  # summary.json's content, or rebuilt from the row files
+    complete: bool
+    requests: list[dict[str, Any]]  # requests.jsonl rows, warm-up left out
+    steps: pd.DataFrame | None  # steps.csv, None when absent or empty
+    ablation: dict[str, Any] | None  # ablation.json when `llmbench ablate` wrote one
+    samples: dict[str, np.ndarray]  # ttft, tpot, e2el per request and itl per gap, in ms
+    token_times: np.ndarray  # every measured output-token arrival, seconds since run start
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        return str(self.summary.get("name") or self.path.name)
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return self.summary.get("metrics") or {}
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", self.label or self.name)
+
+    @property
+    def has_gpu_timing(self) -> bool:
+        return self.steps is not None and "gpu_ms" in self.steps and bool(self.steps["gpu_ms"].notna().any())
+
+
+def load_run(path: Path) -> RunData:
+    path = Path(path)
+    if not path.is_dir():
+        raise ReportError(f"{path}: not a run directory")
+    summary = _read_json(path / "summary.json")
+    requests = _read_requests(path / "requests.jsonl")
+    if summary is None and requests is None:
+        raise ReportError(f"{path}: neither summary.json nor requests.jsonl found")
+    steps = _read_steps(path / "steps.csv")
+    complete = bool(summary and summary.get("complete") and summary.get("metrics"))
+    measured = [r for r in requests or [] if not r.get("warmup")]
+    records = [_record(r) for r in measured]
+    if not complete:
+        log.warning("%s: incomplete run, metrics recomputed from its row files", path)
+        summary = _rebuild_summary(path, summary or {}, records, steps)
+    samples = {
+        key: np.asarray(values, dtype=float) * 1000 for key, values in latency_samples(records).items()
+    }
+    token_times = np.asarray([t for r in records if r.succeeded for t in r.token_times], dtype=float)
+    return RunData(
+        path=path,
+        summary=summary,
+        complete=complete,
+        requests=measured,
+        steps=steps,
+        ablation=_read_json(path / "ablation.json"),
+        samples=samples,
+        token_times=token_times,
+    )
+
+
+def load_runs(paths: list[Path]) -> list[RunData]:
+    """Load several runs; labels are config names, made unique with the directory name if needed."""
+    runs = [load_run(p) for p in paths]
+    names = [run.name for run in runs]
+    for run in runs:
+        run.label = run.name if names.count(run.name) == 1 else f"{run.name} ({run.path.name})"
+    return runs
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{path}: not valid JSON ({e.msg})") from None
+    if not isinstance(data, dict):
+        raise ReportError(f"{path}: expected a JSON object")
+    return data
+
+
+def _read_requests(path: Path) -> list[dict[str, Any]] | None:
+    if not path.is_file():
+        return None
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            # a run killed mid-write leaves a torn last line; anything earlier is a real error
+            log.warning("%s:%d: unreadable request row skipped", path, number)
+    return rows
+
+
+def _read_steps(path: Path) -> pd.DataFrame | None:
+    if not path.is_file():
+        return None
+    try:
+        steps = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        return None
+    return steps if len(steps) and {"step", "t_start", "t_end"} <= set(steps.columns) else None
+
+
+def _record(row: dict[str, Any]) -> RequestRecord:
+    return RequestRecord(**{k: v for k, v in row.items() if k in _RECORD_FIELDS})
+
+
+def _rebuild_summary(
+    path: Path, summary: dict[str, Any], records: list[RequestRecord], steps: pd.DataFrame | None
+) -> dict[str, Any]:
+    config = summary.get("config") or _read_config(path / "config.yaml")
+    output = config.get("output") or {}
+    percentiles = output.get("percentiles") or DEFAULT_PERCENTILES
+    slo = _slo(config.get("slo"))
+    trial_ids = sorted({r.trial for r in records})
+    trials = [compute_metrics([r for r in records if r.trial == t], percentiles, slo) for t in trial_ids]
+    rebuilt = dict(summary)
+    rebuilt.update(
+        name=summary.get("name") or config.get("name") or path.name,
+        complete=False,
+        config=config,
+        metrics=median_over_trials(trials) if trials else compute_metrics([], percentiles, slo),
+        steps=summarize_steps(steps.to_dict("records") if steps is not None else []),
+    )
+    if len(trials) > 1:
+        rebuilt["trials"] = trials
+    return rebuilt
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        config = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        log.warning("%s: unreadable, using default percentiles and no SLOs", path)
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _slo(section: Any) -> SloConfig | None:
+    try:
+        return SloConfig(**section) if isinstance(section, dict) else None
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,145 @@
+import base64
+import io
+import json
+import re
+
+import matplotlib.image
+import pytest
+
+from llmbench.report import ReportError, default_report_dir, write_report
+from llmbench.report.load import load_run
+from llmbench.report.plots import _waterfall_bottoms
+from tests.llmbench.run_dirs import make_run_dir, write_ablation
+
+EMBEDDED = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
+
+
+def embedded_images(html: str) -> list[bytes]:
+    return [base64.b64decode(data) for data in EMBEDDED.findall(html)]
+
+
+def test_cpu_run_report_embeds_every_png_it_wrote(tmp_path):
+    run = make_run_dir(tmp_path / "run")
+    report = write_report([run], run)
+    html = report.read_text()
+
+    pngs = sorted(p.name for p in run.glob("*.png"))
+    assert pngs == ["latency_cdf.png", "over_time.png", "step_timeline.png"]
+    images = embedded_images(html)
+    assert sorted(images) == sorted((run / name).read_bytes() for name in pngs)
+    for image in images:
+        height, width, _ = matplotlib.image.imread(io.BytesIO(image), format="png").shape
+        assert width > 500 and height > 300
+    assert "No GPU timing" in html
+
+
+def test_report_is_self_contained(tmp_path):
+    run = make_run_dir(tmp_path / "run", gpu=True)
+    html = write_report([run], run).read_text()
+    text = EMBEDDED.sub("", html).lower()
+    assert "<script" not in text and "<link" not in text and "<iframe" not in text
+    assert "//" not in text and "url(" not in text and "@import" not in text
+    assert all(src.startswith("data:image/png;base64,") for src in re.findall(r'src="([^"]*)"', html))
+
+
+def test_gpu_run_adds_gpu_busy_plot(tmp_path):
+    run = make_run_dir(tmp_path / "run", gpu=True)
+    html = write_report([run], run).read_text()
+    assert (run / "gpu_busy.png").is_file()
+    assert "No GPU timing" not in html
+    assert "mean_gpu_ms" in html
+
+
+def test_summary_table_shows_headline_metrics_and_environment(tmp_path):
+    run = make_run_dir(tmp_path / "run")
+    summary = json.loads((run / "summary.json").read_text())
+    html = write_report([run], run).read_text()
+    assert "output tokens/s" in html and "mean TPOT (ms)" in html and "steps: mean_cpu_ms_per_step" in html
+    assert f"{summary['metrics']['output_throughput']:,.1f}" in html
+    assert f"<td>{summary['metrics']['completed']:,.0f}</td>" in html
+    assert "test cpu" in html
+    assert "INCOMPLETE" not in html
+
+
+def test_user_text_is_escaped(tmp_path):
+    prompt = "<script>alert('owned')</script> & more"
+    run = make_run_dir(tmp_path / "run", name="<b>bold$name</b>", prompt=prompt)
+    html = write_report([run], run).read_text()
+    assert "&lt;script&gt;alert(&#x27;owned&#x27;)&lt;/script&gt; &amp; more" in html
+    assert "&lt;b&gt;bold$name&lt;/b&gt;" in html
+    assert "<script" not in html and "<b>" not in html
+    assert "outside the vocabulary" in html  # the failed request's error is listed
+
+
+def test_incomplete_run_is_recomputed_from_requests(tmp_path):
+    complete = load_run(make_run_dir(tmp_path / "complete", seed=3))
+    cut = make_run_dir(tmp_path / "cut", seed=3, complete=False)
+    with open(cut / "requests.jsonl", "a") as f:
+        f.write('{"id": "req-torn", "tri')  # killed mid-write
+
+    run = load_run(cut)
+    assert not run.complete and run.summary["complete"] is False
+    assert run.metrics["completed"] == 12 and run.metrics["failed"] == 1
+    for key in ("output_throughput", "mean_ttft_ms", "p99_itl_ms", "mean_tpot_ms", "request_goodput"):
+        assert run.metrics[key] == pytest.approx(complete.metrics[key])
+    assert run.summary["steps"]["num_steps"] == complete.summary["steps"]["num_steps"]
+    html = write_report([cut], cut).read_text()
+    assert "INCOMPLETE" in html
+
+
+def test_summary_marked_incomplete_is_recomputed(tmp_path):
+    run_dir = make_run_dir(tmp_path / "run")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary.update(complete=False, metrics={})
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    run = load_run(run_dir)
+    assert not run.complete and run.metrics["completed"] == 12
+    assert run.summary["environment"]["cpu"] == "test cpu"
+
+
+def test_latency_samples_match_the_summary(tmp_path):
+    run = load_run(make_run_dir(tmp_path / "run"))
+    assert run.samples["ttft"].size == 12
+    assert run.samples["ttft"].mean() == pytest.approx(run.metrics["mean_ttft_ms"])
+    assert run.samples["itl"].mean() == pytest.approx(run.metrics["mean_itl_ms"])
+    assert run.samples["e2el"].max() == pytest.approx(run.metrics["max_e2el_ms"])
+
+
+def test_several_runs_get_side_by_side_bars_and_unique_labels(tmp_path):
+    a = make_run_dir(tmp_path / "a", name="same")
+    b = make_run_dir(tmp_path / "b", name="same", slowdown=1.3, gpu=True)
+    out = tmp_path / "both"
+    html = write_report([a, b], out).read_text()
+    assert (out / "runs_side_by_side.png").is_file() and (out / "gpu_busy.png").is_file()
+    assert "same (a)" in html and "same (b)" in html
+    assert len(embedded_images(html)) == len(list(out.glob("*.png"))) == 5
+    assert not (a / "report.html").exists()
+
+
+def test_ablation_waterfall(tmp_path):
+    run = make_run_dir(tmp_path / "run")
+    write_ablation(run, {"all off": 100.0, "chunked_prefill": 130.0, "async_output": 125.0, "all on": 160.0})
+    html = write_report([run], run).read_text()
+    assert (run / "ablation_synthetic.png").is_file()
+    assert "Ablation waterfall: synthetic" in html and "async_output" in html
+
+    variants = json.loads((run / "ablation.json").read_text())["variants"]
+    values = [v["metrics"]["output_throughput"] for v in variants]
+    # each toggle stands on its predecessor; all on is a whole bar (equal toggles to the last step)
+    assert _waterfall_bottoms(variants, values) == [0.0, 100.0, 130.0, 0.0]
+
+
+def test_bad_run_directories_raise_report_errors(tmp_path):
+    with pytest.raises(ReportError, match="not a run directory"):
+        write_report([tmp_path / "missing"], tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ReportError, match="neither summary.json nor requests.jsonl"):
+        write_report([tmp_path / "empty"], tmp_path)
+    with pytest.raises(ReportError, match="at least one"):
+        write_report([], tmp_path)
+
+
+def test_default_report_dir(tmp_path):
+    assert default_report_dir([tmp_path / "run"]) == tmp_path / "run"
+    several = default_report_dir([tmp_path / "a", tmp_path / "b"], root=tmp_path)
+    assert several.parent == tmp_path and several.name.startswith("report-")
