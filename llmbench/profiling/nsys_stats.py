@@ -20,7 +20,7 @@ TOP_API_CALLS = 15
 
 _MS_PER_UNIT = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 _UNIT = re.compile(r"\((ns|us|ms|s)\)\s*$")
-_STEP = re.compile(r"^step \d+$")
+STEP_RANGE = "step"  # one range per engine step, the step number in its payload
 
 
 def _number(text: str) -> float:
@@ -86,23 +86,15 @@ def _llmbench_ranges(rows: list[dict]) -> list[dict]:
 
 
 def _steps(ranges: list[dict]) -> dict:
-    steps = [row for row in ranges if _STEP.match(row["name"])]
-    count = sum(row["count"] for row in steps)
-    total = sum(row["total_ms"] for row in steps)
-    return {
-        "count": count,
-        "total_ms": total,
-        "avg_ms": total / count if count else 0.0,
-        "min_ms": min((row.get("min_ms", row["total_ms"]) for row in steps), default=0.0),
-        "max_ms": max((row.get("max_ms", row["total_ms"]) for row in steps), default=0.0),
-    }
+    step = next((row for row in ranges if row["name"] == STEP_RANGE), {"count": 0})
+    return {key: step.get(key, 0.0) for key in ("count", "total_ms", "avg_ms", "min_ms", "max_ms")}
 
 
 def _phases(ranges: list[dict], step_total_ms: float) -> list[dict]:
     phases = [
         {key: row[key] for key in ("name", "total_ms", "count", "avg_ms") if key in row}
         for row in ranges
-        if not _STEP.match(row["name"])
+        if row["name"] != STEP_RANGE
     ]
     phases.sort(key=lambda row: -row["total_ms"])
     return _with_shares(phases, step_total_ms)

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.nvtx_ranges import NvtxRanges, nvtx_ranges
+from engine.nvtx_ranges import nvtx_ranges
 from llmbench.profiling import nsys
 from llmbench.profiling.nsys_stats import load_stats, parse_stats_csv, stats_csv_path, summarize
 from llmbench.profiling.profile_run import profile_run
@@ -62,45 +62,6 @@ def test_nvtx_ranges_are_off_without_a_profiler():
     assert nvtx_ranges() is None
 
 
-class RecordingDomain:
-    """Stands in for an nvtx.Domain, which only exists while an NVTX tool is attached."""
-
-    def __init__(self):
-        self.events = []
-        self.attributes_built = 0
-
-    def get_event_attributes(self, message):
-        self.attributes_built += 1
-        return message
-
-    def push_range(self, attributes=None, *, message=None):
-        self.events.append(("push", attributes or message))
-
-    def pop_range(self):
-        self.events.append(("pop", None))
-
-
-def test_nvtx_ranges_push_steps_and_cached_phases():
-    domain = RecordingDomain()
-    ranges = NvtxRanges(domain)
-    for step in (7, 8):
-        ranges.push_step(step)
-        for phase in ("schedule", "forward"):
-            ranges.push(phase)
-            ranges.pop()
-        ranges.pop()
-    assert domain.events[:6] == [
-        ("push", "step 7"),
-        ("push", "schedule"),
-        ("pop", None),
-        ("push", "forward"),
-        ("pop", None),
-        ("pop", None),
-    ]
-    assert domain.events[6] == ("push", "step 8")
-    assert domain.attributes_built == 2  # once per phase name, not per step
-
-
 # nsys stats parsing
 
 
@@ -152,7 +113,7 @@ def test_summary_of_captured_decode_stats():
     assert (steps["min_ms"], steps["max_ms"]) == (pytest.approx(12.290564), pytest.approx(12.755846))
 
     phases = {row["name"]: row for row in summary["phases"]}
-    assert list(phases) == ["sample", "forward", "prepare", "output", "schedule"]
+    assert list(phases) == ["sample", "prepare", "forward", "output", "schedule"]
     assert phases["sample"]["total_ms"] == pytest.approx(94.2)
     assert phases["sample"]["count"] == 10
     assert phases["sample"]["share"] == pytest.approx(94.2 / 125.0)
@@ -178,7 +139,7 @@ def test_summary_of_captured_decode_stats():
 
 def test_summary_keeps_only_the_llmbench_domain():
     nvtx = [
-        {"name": "llmbench:step 3", "total_ms": 10.0, "count": 1},
+        {"name": "llmbench:step", "total_ms": 10.0, "count": 1},
         {"name": "llmbench:forward", "total_ms": 4.0, "count": 1, "avg_ms": 4.0},
         {"name": "NCCL:ncclAllReduce", "total_ms": 3.0, "count": 2, "avg_ms": 1.5},
         {"name": ":warmup", "total_ms": 50.0, "count": 1, "avg_ms": 50.0},
