@@ -4,15 +4,15 @@ bookkeeping, output processing) on any machine."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import torch
 
 from engine.batch import ScheduledBatch
-from engine.config import ConfigError, EngineConfig
-from engine.models.llama import PRESETS, LlamaShape
+from engine.config import EngineConfig
+from engine.loader import preset_shape, read_hf_shape
+from engine.models.llama import LlamaShape
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +23,11 @@ class NullExecutor:
     def __init__(self, config: EngineConfig):
         self.shape = self._shape(config)
         self.max_model_len = config.max_model_len or self.shape.max_position_embeddings
+        if self.max_model_len > self.shape.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len {self.max_model_len} exceeds the model's max_position_embeddings "
+                f"{self.shape.max_position_embeddings}"
+            )
         self.num_blocks = self._num_blocks(config)
         self.device = torch.device("cpu")
         logger.info("null executor: %d KV blocks, max_model_len %d", self.num_blocks, self.max_model_len)
@@ -30,14 +35,8 @@ class NullExecutor:
     @staticmethod
     def _shape(config: EngineConfig) -> LlamaShape:
         if config.model.path is not None:
-            config_file = Path(config.model.path) / "config.json"
-            if not config_file.is_file():
-                raise ConfigError("model.path", f"no config.json in {config.model.path}")
-            return LlamaShape.from_hf_config(json.loads(config_file.read_text()))
-        preset = config.model.preset
-        if preset not in PRESETS:
-            raise ConfigError("model.preset", f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-        return PRESETS[preset]
+            return read_hf_shape(Path(config.model.path))
+        return preset_shape(config.model.preset)
 
     def _num_blocks(self, config: EngineConfig) -> int:
         """Sized as the model runner would for the same settings, so preemption behaves alike."""
@@ -46,7 +45,7 @@ class NullExecutor:
         if config.kv_cache_memory_gb is not None:
             dtype_bytes = 4 if config.model.dtype == "float32" else 2
             block_bytes = self.shape.kv_bytes_per_token(dtype_bytes) * config.block_size
-            return max(1, int(config.kv_cache_memory_gb * 1e9 // block_bytes))
+            return max(1, int(config.kv_cache_memory_gb * 2**30 // block_bytes))
         # large enough that nothing is ever preempted, capped to stay cheap for 128k-context presets
         blocks_per_seq = -(-self.max_model_len // config.block_size)
         return min(config.max_num_seqs * blocks_per_seq, _MAX_DEFAULT_BLOCKS)

@@ -3,7 +3,7 @@ import math
 import pytest
 
 from engine.check import assert_engine_empty
-from engine.config import ConfigError, EngineConfig, ModelConfig
+from engine.config import EngineConfig, ModelConfig
 from engine.llm_engine import LLMEngine
 from engine.models.llama import PRESETS
 from engine.null_executor import NullExecutor
@@ -188,6 +188,8 @@ def test_null_executor_shape_and_pool():
     assert executor.max_model_len == TINY.max_position_embeddings
     assert executor.num_blocks == 4 * TINY.max_position_embeddings // 16
     sized = EngineConfig(model=ModelConfig(preset="tiny", executor="null"), kv_cache_memory_gb=0.001)
-    assert NullExecutor(sized).num_blocks == int(1e6 // (TINY.kv_bytes_per_token(2) * 16))
-    with pytest.raises(ConfigError, match="unknown preset"):
+    assert NullExecutor(sized).num_blocks == int(0.001 * 2**30 // (TINY.kv_bytes_per_token(2) * 16))
+    with pytest.raises(ValueError, match="unknown model preset"):
         NullExecutor(EngineConfig(model=ModelConfig(preset="nope", executor="null")))
+    with pytest.raises(ValueError, match="exceeds the model's max_position_embeddings"):
+        NullExecutor(EngineConfig(model=ModelConfig(preset="tiny", executor="null"), max_model_len=4096))
