@@ -27,7 +27,7 @@ def compute_metrics(
     timed = [r for r in records if not r.warmup]
     done = [r for r in timed if r.succeeded]
     samples = latency_samples(done)
-    duration = max(r.token_times[-1] for r in done) - min(r.submit_time for r in done) if done else 0.0
+    duration = max(r.token_times[-1] for r in done) - min(r.submit_time for r in timed) if done else 0.0
     input_tokens = sum(r.prompt_len for r in done)
     output_tokens = sum(r.output_len for r in done)
 
