@@ -40,6 +40,7 @@ def run(
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Run directory (default: results/NAME-TIME)")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="Timed trials; metrics become their median")] = 1,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Skip report.html and the plots")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging")] = False,
 ) -> None:
     """Run a benchmark described by a YAML config and write its results.
@@ -72,6 +73,10 @@ def run(
         raise typer.Exit(1) from None
     console.print(metrics_table(result.summary))
     console.print(f"results: {result.run_dir}", highlight=False)
+    if cfg.output.report and not no_report:
+        from llmbench.report import write_report
+
+        console.print(f"report: {write_report([result.run_dir], result.run_dir)}", highlight=False)
     if result.interrupted:
         raise typer.Exit(130)
 
@@ -123,6 +128,110 @@ def kernels(
         out.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(out, json.dumps(result, indent=2) + "\n")
         console.print(f"results: {out}", highlight=False)
+
+
+@app.command()
+def report(
+    run_dirs: Annotated[list[Path], typer.Argument(help="One or more run directories")],
+    out: Annotated[
+        Path | None, typer.Option(help="Output directory (default: the run's, or a new one)")
+    ] = None,
+) -> None:
+    """Write report.html (self-contained) and PNG plots for one run, or side by side for several.
+
+    Example:
+
+        llmbench report results/quickstart-20250101-120000 results/quickstart-20250102-120000
+    """
+    from llmbench.report import ReportError, default_report_dir, write_report
+
+    setup_logging()
+    try:
+        path = write_report(run_dirs, out or default_report_dir(run_dirs))
+    except ReportError as e:
+        raise usage_error(str(e)) from None
+    console.print(f"report: {path}", highlight=False)
+
+
+@app.command()
+def compare(
+    baseline: Annotated[Path, typer.Argument(help="Baseline run directory or summary.json")],
+    current: Annotated[Path, typer.Argument(help="Current run directory or summary.json")],
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(help="Metric to check, NAME or NAME:THRESHOLD like mean_tpot_ms:10% (repeatable)"),
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the verdicts to this file")
+    ] = None,
+) -> None:
+    """Compare two runs; exit 1 when a metric regressed beyond its threshold and the trial noise.
+
+    Example:
+
+        llmbench compare results/baselines/ci results/ci-run --metric steps.mean_cpu_ms_per_step:150%
+    """
+    from rich.console import Console
+
+    from llmbench.compare import CompareError, compare_runs, has_regression, verdict_table
+
+    setup_logging()
+    try:
+        verdicts = compare_runs(baseline, current, metric, json_out)
+    except CompareError as e:
+        raise usage_error(str(e)) from None
+    table = verdict_table(verdicts)
+    # never fold the numbers: CI logs report an 80-column console
+    natural = console.measure(table, options=console.options.update_width(1000)).maximum
+    Console(width=max(console.width, natural)).print(table)
+    raise typer.Exit(1 if has_regression(verdicts) else 0)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def profile(
+    ctx: typer.Context,
+    config: Annotated[Path, typer.Argument(help="YAML run config")],
+    use_nsys: Annotated[
+        bool, typer.Option("--nsys", help="Nsight Systems: NVTX phases, kernels, CUDA API")
+    ] = False,
+    use_torch: Annotated[
+        bool, typer.Option("--torch", help="torch.profiler Chrome trace (no GPU needed)")
+    ] = False,
+    steps: Annotated[
+        str | None, typer.Option(help="Engine steps A:B to capture, B excluded (default: all)")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a config value: key.path=value (repeatable)"),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Run directory (default: results/CONFIG-TOOL-TIME)")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging")] = False,
+) -> None:
+    """Run a config with a profiler on chosen engine steps; writes profile.json and report.html.
+
+    Arguments after -- are passed to `nsys profile`.
+
+    Example:
+
+        llmbench profile configs/quickstart.yaml --torch --steps 5:10
+    """
+    from llmbench.profiling.profile_run import profile_run
+    from llmbench.profiling.window import ProfileError, parse_steps
+
+    setup_logging(verbose)
+    if use_nsys == use_torch:
+        raise usage_error("choose one profiler: --nsys or --torch")
+    try:
+        tool = "nsys" if use_nsys else "torch"
+        run_dir = profile_run(config, tool, parse_steps(steps), out, set_ or [], ctx.args)
+    except (ProfileError, ConfigFileError) as e:
+        raise usage_error(str(e)) from None
+    except Exception:
+        logger.exception("profile failed")
+        raise typer.Exit(1) from None
+    console.print(f"profile: {run_dir / 'profile.json'}\nreport: {run_dir / 'report.html'}", highlight=False)
 
 
 def main() -> None:

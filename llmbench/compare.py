@@ -10,6 +10,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rich import box
 from rich.table import Table
 
 from llmbench.stats import bootstrap_ratio_ci, mann_whitney_greater, ratio
@@ -219,21 +220,27 @@ def has_regression(verdicts: list[Verdict]) -> bool:
 _VERDICT_STYLE = {REGRESSION: "bold red", IMPROVED: "green", WITHIN_NOISE: "yellow", OK: "green"}
 
 
+def _value(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
 def verdict_table(verdicts: list[Verdict]) -> Table:
-    table = Table(title="llmbench compare")
-    for header in ("metric", "better", "baseline", "current", "change", "95% CI", "p", "limit", "verdict"):
-        table.add_column(header, justify="left" if header in ("metric", "verdict") else "right")
+    """Limit is the change allowed in the bad direction: -5% for throughputs, +5% for latencies."""
+    table = Table(title="llmbench compare", box=box.SIMPLE_HEAD)
+    table.add_column("metric", no_wrap=True)
+    for header in ("baseline", "current", "change", "95% CI", "p", "limit"):
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
     for v in verdicts:
-        ci = "-" if v.ci_low is None else f"[{v.ci_low:+.1%}, {v.ci_high:+.1%}]"
+        ci = "-" if v.ci_low is None else f"{v.ci_low:+.0%}..{v.ci_high:+.0%}"
         table.add_row(
             v.metric,
-            "higher" if v.higher_is_better else "lower",
-            f"{v.baseline:.4g}",
-            f"{v.current:.4g}",
+            _value(v.baseline),
+            _value(v.current),
             f"{v.change:+.1%}",
             ci,
-            "-" if v.p_value is None else f"{v.p_value:.3f}",
-            f"{v.threshold:.0%}",
+            "-" if v.p_value is None else f"{v.p_value:.2f}",
+            f"{-v.threshold if v.higher_is_better else v.threshold:+.0%}",
             f"[{_VERDICT_STYLE[v.verdict]}]{v.verdict}[/]",
         )
     return table
