@@ -10,6 +10,8 @@ import time
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.model_runner import ModelRunner
+from engine.null_executor import NullExecutor
 from engine.output_processor import OutputProcessor
 from engine.request import FinishReason, RequestOutput, SamplingParams
 from engine.scheduler import Scheduler
@@ -19,15 +21,10 @@ from engine.timing import PhaseClock, StepRecord
 logger = logging.getLogger(__name__)
 
 
-def make_executor(config: EngineConfig):
+def make_executor(config: EngineConfig) -> ModelRunner | NullExecutor:
     """The null executor or the real model runner; the one place that chooses."""
     if config.model.executor == "null":
-        from engine.null_executor import NullExecutor
-
         return NullExecutor(config)
-    # imported here so null-executor runs never load the model stack
-    from engine.model_runner import ModelRunner
-
     return ModelRunner(config)
 
 
