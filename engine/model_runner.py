@@ -13,6 +13,7 @@ from engine.config import EngineConfig
 from engine.input_batch import advance_decode, prepare_inputs
 from engine.loader import load_model, resolve_device
 from engine.models.llama import KVCache
+from engine.nvtx_ranges import nvtx_ranges, phase_range
 from engine.request import SamplingParams
 from engine.sampler import Sampler
 from kernels import reference
@@ -52,6 +53,7 @@ class ModelRunner:
                 f"{self.shape.max_position_embeddings}"
             )
         self.sampler = Sampler(self.shape.eos_token_id, self.device, config.model.seed)
+        self._forward_range = phase_range(nvtx_ranges(), "forward")
         free_kv_bytes = self._profile_free_memory() if self.device.type == "cuda" else None
         self.num_blocks = self._decide_num_blocks(free_kv_bytes)
         self.kv_caches = self._allocate_kv_caches(self.num_blocks)
@@ -72,8 +74,9 @@ class ModelRunner:
         for step in range(batch.num_steps):
             if step:
                 inputs = advance_decode(inputs, tokens[-1], self.block_size)
-            hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn, self.kv_caches)
-            logits = self.model.compute_logits(hidden[inputs.sample_rows])
+            with self._forward_range:
+                hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn, self.kv_caches)
+                logits = self.model.compute_logits(hidden[inputs.sample_rows])
             tokens.append(self.sampler(logits, sampled_seqs, step))
         return torch.stack(tokens)
 
@@ -135,7 +138,13 @@ class ModelRunner:
         """max_num_batched_tokens tokens: one long prompt chunk (attention's worst case) plus one token
         for each other sequence slot (the LM head and sampler's worst case)."""
         c = self.config
-        num_tokens = min(c.max_num_batched_tokens, c.max_num_seqs * self.max_model_len)
+        # without chunked prefill a lone prompt may exceed the token budget, up to max_model_len
+        budget = (
+            c.max_num_batched_tokens
+            if c.chunked_prefill
+            else max(c.max_num_batched_tokens, self.max_model_len)
+        )
+        num_tokens = min(budget, c.max_num_seqs * self.max_model_len)
         num_seqs = min(c.max_num_seqs, num_tokens)
         lengths = [min(self.max_model_len, num_tokens - (num_seqs - 1))] + [1] * (num_seqs - 1)
         seqs, next_block = [], 0

@@ -6,7 +6,9 @@ used rather than `torch.cuda.nvtx`, which raises on a CPU-only torch build."""
 
 from __future__ import annotations
 
+import functools
 import logging
+from contextlib import AbstractContextManager, nullcontext
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +39,28 @@ class NvtxRanges:
         self._domain.pop_range()
 
 
+class _Range:
+    __slots__ = ("_ranges", "_name")
+
+    def __init__(self, ranges: NvtxRanges, name: str):
+        self._ranges = ranges
+        self._name = name
+
+    def __enter__(self) -> None:
+        self._ranges.push(self._name)
+
+    def __exit__(self, *exc_info) -> None:
+        self._ranges.pop()
+
+
+def phase_range(ranges: NvtxRanges | None, name: str) -> AbstractContextManager:
+    """A reusable `with` block for one named phase: an NVTX range when ranges are on, else a no-op."""
+    return nullcontext() if ranges is None else _Range(ranges, name)
+
+
+@functools.cache
 def nvtx_ranges() -> NvtxRanges | None:
-    """Ranges for the `llmbench` domain when a profiler is attached, else None."""
+    """Ranges for the `llmbench` domain when a profiler is attached, else None (one per process)."""
     try:
         import nvtx
     except ImportError:

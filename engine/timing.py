@@ -7,6 +7,8 @@ import math
 import time
 from dataclasses import dataclass
 
+from engine.nvtx_ranges import NvtxRanges
+
 
 @dataclass
 class StepRecord:
@@ -31,15 +33,27 @@ class StepRecord:
 
 
 class PhaseClock:
-    """Milliseconds between consecutive laps, starting at construction."""
+    """Milliseconds between consecutive laps, starting at construction. With NVTX ranges (a profiler
+    attached) the step and its phases also become ranges: each lap closes the phase that ran and
+    opens `next_phase`; a lap without one closes the step."""
 
-    __slots__ = ("start", "last")
+    __slots__ = ("start", "last", "_ranges")
 
-    def __init__(self) -> None:
+    def __init__(self, ranges: NvtxRanges | None = None, step: int = 0, phase: str = "schedule") -> None:
         self.start = self.last = time.perf_counter()
+        self._ranges = ranges
+        if ranges is not None:
+            ranges.push_step(step)
+            ranges.push(phase)
 
-    def lap_ms(self) -> float:
+    def lap_ms(self, next_phase: str | None = None) -> float:
         now = time.perf_counter()
         elapsed = (now - self.last) * 1e3
         self.last = now
+        if self._ranges is not None:
+            self._ranges.pop()
+            if next_phase is None:
+                self._ranges.pop()
+            else:
+                self._ranges.push(next_phase)
         return elapsed

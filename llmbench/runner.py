@@ -22,6 +22,7 @@ from llmbench.config import RunConfig
 from llmbench.console import RunProgress
 from llmbench.env import collect_environment
 from llmbench.metrics import compute_metrics, summarize_steps
+from llmbench.profiling.window import ProfileWindow, window_from_env
 from llmbench.results import RequestRecord, ResultWriter, build_summary
 from llmbench.workload import Workload, WorkloadRequest, build_workload
 
@@ -48,6 +49,7 @@ class _RunState:
     run_start: float
     step_rows: list[dict[str, Any]] = field(default_factory=list)
     records: list[RequestRecord] = field(default_factory=list)
+    window: ProfileWindow | None = None  # under `llmbench profile`: starts and stops the profiler
 
 
 def run_benchmark(
@@ -65,7 +67,7 @@ def run_benchmark(
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         run_start = time.perf_counter()
         writer = ResultWriter(run_dir, config.to_dict(), run_start, config.output.save_tokens)
-        state = _RunState(backend, writer, config, progress, run_start)
+        state = _RunState(backend, writer, config, progress, run_start, window=window_from_env())
         trial_metrics: list[dict[str, Any]] = []
         complete = interrupted = False
         try:
@@ -75,6 +77,8 @@ def run_benchmark(
             interrupted = True
             logger.warning("interrupted: writing partial results")
         finally:
+            if state.window is not None:
+                state.window.close()
             summary = build_summary(
                 name=config.name,
                 complete=complete,
@@ -138,6 +142,8 @@ def _run_phase(
                 time.sleep(max(0.0, phase_start + pending[0].arrival_time - time.perf_counter()))
                 continue
             was_full = limit is not None and len(live) >= limit
+            if state.window is not None:
+                state.window.before_step()
             outputs = backend.poll()
             arrival = time.perf_counter()
             for output in outputs:

@@ -3,7 +3,6 @@ then fold what the profiler recorded into <out>/profile.json, which the report r
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
@@ -11,15 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+from llmbench.config import load_config
 from llmbench.profiling import nsys
 from llmbench.profiling.nsys_stats import load_stats
+from llmbench.profiling.profile_file import write_profile
 from llmbench.profiling.torch_profile import load_torch_summary
 from llmbench.profiling.window import TOOLS, ProfileError, StepRange, window_env
 
 logger = logging.getLogger(__name__)
-
-PROFILE_FILE = "profile.json"
-SCHEMA_VERSION = 1
 
 
 def default_out_dir(config: Path, tool: str) -> Path:
@@ -28,7 +26,8 @@ def default_out_dir(config: Path, tool: str) -> Path:
 
 def run_command(config: Path, out_dir: Path, overrides: list[str]) -> list[str]:
     command = [sys.executable, "-m", "llmbench", "run", str(config), "--out", str(out_dir)]
-    for item in overrides:
+    # the report is drawn once, after profile.json exists
+    for item in [*overrides, "output.report=false"]:
         command += ["--set", item]
     return command
 
@@ -47,10 +46,10 @@ def profile_run(
         raise ProfileError(f"unknown profiler {tool!r}: expected one of {', '.join(TOOLS)}")
     if extra_args and tool != "nsys":
         raise ProfileError("extra arguments after -- are passed to nsys; they need --nsys")
-    if not config.is_file():
-        raise ProfileError(f"{config}: no such config file")
+    load_config(config, list(overrides))  # a config mistake stops here, before any profiler starts
     nsys_path = nsys.find_nsys() if tool == "nsys" else None
     out_dir = (out_dir or default_out_dir(config, tool)).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
 
     command = run_command(config, out_dir, list(overrides))
     if tool == "nsys":
@@ -65,22 +64,8 @@ def profile_run(
         summary = load_stats(nsys.run_stats(nsys_path, out_dir))
     else:
         summary = load_torch_summary(out_dir)
-    write_profile(
-        out_dir, {"schema_version": SCHEMA_VERSION, "tool": tool, "step_range": str(steps), **summary}
-    )
+    write_profile(out_dir, {"tool": tool, "step_range": str(steps), **summary})
+    from llmbench.report import write_report
+
+    write_report([out_dir], out_dir)
     return out_dir
-
-
-def write_profile(out_dir: Path, profile: dict) -> None:
-    """Written atomically, like summary.json: a reader never sees half a file."""
-    path = out_dir / PROFILE_FILE
-    temporary = path.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(profile, indent=1) + "\n")
-    os.replace(temporary, path)
-    logger.info("profile summary written to %s", path)
-
-
-def load_profile(run_dir: Path) -> dict | None:
-    """The run's profile.json, or None when the run was not profiled."""
-    path = Path(run_dir) / PROFILE_FILE
-    return json.loads(path.read_text()) if path.exists() else None

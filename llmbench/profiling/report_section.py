@@ -35,7 +35,7 @@ def _nsys(profile: dict) -> str:
     parts = [
         f"<p>{steps['count']} steps, {steps['total_ms']:.2f} ms in total, "
         f"{steps['avg_ms']:.3f} ms per step (host wall time of the NVTX step ranges).</p>",
-        "<h3>Time per engine phase</h3>",
+        "<h4>Time per engine phase</h4>",
         "<p>Host time inside each NVTX phase range; share is of the steps' total.</p>",
         _table(["phase", "total ms", "count", "avg µs", "share of steps"], _timed_rows(profile["phases"])),
     ]
@@ -47,10 +47,10 @@ def _nsys(profile: dict) -> str:
         )
     kernels, api = profile["kernels"], profile["cuda_api"]
     parts += [
-        "<h3>Top kernels</h3>",
+        "<h4>Top kernels</h4>",
         f"<p>{kernels['count']} kernel launches, {kernels['total_ms']:.2f} ms of GPU time.</p>",
         _table(["kernel", "total ms", "count", "avg µs", "share of GPU"], _timed_rows(kernels["top"])),
-        f"<h3>CUDA API</h3><p>{api['count']} calls, {api['total_ms']:.2f} ms.</p>",
+        f"<h4>CUDA API</h4><p>{api['count']} calls, {api['total_ms']:.2f} ms.</p>",
         _table(["call", "total ms", "count", "avg µs", "share"], _timed_rows(api["top"])),
     ]
     return "".join(parts)
@@ -79,4 +79,4 @@ def profile_section_html(profile: dict) -> str:
     """The section for one run's profile.json."""
     body = _nsys(profile) if profile["tool"] == "nsys" else _torch(profile)
     title = f"Profile ({escape(profile['tool'])}, steps {escape(profile['step_range'])})"
-    return f"<section><h2>{title}</h2>{body}</section>"
+    return f"<section><h3>{title}</h3>{body}</section>"

@@ -2,8 +2,9 @@
 
 `llmbench profile` runs the workload in a child `llmbench run` and tells it what to profile through
 one environment variable, LLMBENCH_PROFILE=<tool>:<A>:<B>:<out dir> (B may be empty: to the end).
-The runner asks `window_from_env()` once and calls `before_step(step)` before every engine step;
-steps A..B-1 are captured, as in a Python slice."""
+The runner asks `window_from_env()` once and calls `before_step()` before every engine step;
+steps A..B-1 are captured, as in a Python slice. Steps count from the run's first, warm-up
+included, as the `step` column of steps.csv does."""
 
 from __future__ import annotations
 
@@ -61,11 +62,13 @@ class ProfileWindow:
         self.tool = tool
         self.steps = steps
         self.out_dir = out_dir
+        self.next_step = 0
         self.active = False
         self.done = False
         self._torch = None
 
-    def before_step(self, step: int) -> None:
+    def before_step(self) -> None:
+        step, self.next_step = self.next_step, self.next_step + 1
         if self.done:
             return
         if not self.active and self.steps.covers(step):

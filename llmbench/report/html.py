@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from llmbench.profiling.profile_file import load_profile
+from llmbench.profiling.report_section import profile_section_html
 from llmbench.report.load import RunData
 
 HEADLINE = (
@@ -164,6 +166,9 @@ def render_html(runs: list[RunData], figures: list[tuple[Path, str]], notes: lis
             )
         if run.ablation and run.ablation.get("variants"):
             parts += ["<h3>Ablation</h3>", _ablation_table(run)]
+        profile = load_profile(run.path)
+        if profile is not None:
+            parts.append(profile_section_html(profile))
         parts += ["<h3>Failed and slowest requests</h3>", _slowest_requests(run)]
         config = yaml.safe_dump(run.summary.get("config") or {}, sort_keys=False)
         parts.append(f"<details><summary>Resolved config</summary><pre>{esc(config)}</pre></details>")

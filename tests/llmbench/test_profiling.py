@@ -1,17 +1,23 @@
+import glob
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from engine.nvtx_ranges import nvtx_ranges
+from llmbench.cli import app
 from llmbench.profiling import nsys
 from llmbench.profiling.nsys_stats import load_stats, parse_stats_csv, stats_csv_path, summarize
 from llmbench.profiling.profile_run import profile_run
 from llmbench.profiling.report_section import profile_section_html
 from llmbench.profiling.window import ProfileError, ProfileWindow, StepRange, parse_steps, window_from_env
 
-DATA = Path(__file__).parent.parent / "data" / "nsys"
-PREFIX = DATA / "decode"  # as written by `nsys stats --output tests/data/nsys/decode`
+DATA = Path(__file__).parent.parent / "data"
+PREFIX = DATA / "nsys" / "decode"  # as written by `nsys stats --output tests/data/nsys/decode`
 
 
 # --steps
@@ -48,8 +54,8 @@ def test_window_round_trips_through_the_environment(monkeypatch, tmp_path):
 def test_nsys_window_is_harmless_without_a_gpu(tmp_path):
     window = ProfileWindow("nsys", StepRange(1, 3), tmp_path)
     states = []
-    for step in range(5):
-        window.before_step(step)
+    for _ in range(5):
+        window.before_step()
         states.append(window.active)
     assert states == [False, True, True, False, False]
     assert window.done
@@ -60,6 +66,40 @@ def test_nsys_window_is_harmless_without_a_gpu(tmp_path):
 
 def test_nvtx_ranges_are_off_without_a_profiler():
     assert nvtx_ranges() is None
+
+
+NVTX_HEADERS = sorted(glob.glob("/usr/local/cuda*/include/nvtx3/nvToolsExt.h"))
+
+ENGINE_STEPS = """
+from engine.config import EngineConfig, ModelConfig
+from engine.llm_engine import LLMEngine
+from engine.request import SamplingParams
+
+engine = LLMEngine(EngineConfig(model=ModelConfig(preset="tiny", executor="null")))
+engine.add_request("a", [1, 2, 3], SamplingParams(max_tokens=2, ignore_eos=True))
+while engine.has_unfinished():
+    engine.step()
+engine.step()  # nothing scheduled: schedule then output
+"""
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or not NVTX_HEADERS, reason="needs gcc and NVTX headers")
+def test_engine_steps_become_nvtx_ranges(tmp_path):
+    # a real NVTX tool (tests/data/nvtx/recorder.c) attached the way Nsight Systems attaches
+    tool = tmp_path / "librecorder.so"
+    include = str(Path(NVTX_HEADERS[-1]).parent.parent)
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", f"-I{include}", "-o", tool, DATA / "nvtx" / "recorder.c"], check=True
+    )
+    record = tmp_path / "ranges.txt"
+    env = {"NVTX_INJECTION64_PATH": str(tool), "NVTX_RECORD_FILE": str(record), "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "-c", ENGINE_STEPS], env=env, check=True)
+    phases = ["push prepare", "pop", "push sample", "pop", "push output", "pop", "pop"]
+    assert record.read_text().splitlines() == [
+        *["push step 0", "push schedule", "pop", *phases],  # prefill
+        *["push step 1", "push schedule", "pop", *phases],  # decode, the request finishes
+        *["push step 2", "push schedule", "pop", "push output", "pop", "pop"],  # empty step
+    ]
 
 
 # nsys stats parsing
@@ -179,12 +219,48 @@ def test_nsys_commands(tmp_path):
     assert stats_csv_path(tmp_path / "nsys", "nvtx_sum") == tmp_path / "nsys_nvtx_sum.csv"
 
 
-def test_missing_nsys_is_a_clear_error(monkeypatch, tmp_path):
+def test_missing_nsys_is_a_clear_error(monkeypatch, tmp_path, null_config_file):
     monkeypatch.setenv("PATH", str(tmp_path))
-    config = tmp_path / "c.yaml"
-    config.write_text("name: c\n")
     with pytest.raises(ProfileError, match="nsys not found: install Nsight Systems or use --torch"):
-        profile_run(config, "nsys", StepRange(), tmp_path / "out")
+        profile_run(null_config_file, "nsys", StepRange(), tmp_path / "out")
+    result = CliRunner().invoke(app, ["profile", str(null_config_file), "--nsys"])
+    assert result.exit_code == 2
+    assert "nsys not found: install Nsight Systems or use --torch" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--torch", "--steps", "9:3"], "--steps: expected A:B"),
+        (["--torch", "--steps", "x"], "--steps: expected A:B"),
+        (["--nsys", "--torch"], "choose one profiler"),
+        ([], "choose one profiler"),
+        (["--torch", "--", "--sample=none"], "need --nsys"),
+    ],
+)
+def test_profile_usage_errors_exit_2(null_config_file, args, message):
+    result = CliRunner().invoke(app, ["profile", str(null_config_file), *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_torch_profile_end_to_end(null_config_file, tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        app, ["profile", str(null_config_file), "--torch", "--steps", "3:6", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    profile = json.loads((out / "profile.json").read_text())
+    assert (profile["tool"], profile["step_range"], profile["cuda"]) == ("torch", "3:6", False)
+    names = [op["name"] for op in profile["top_ops"]]
+    assert names and all(
+        op["count"] >= 1 and op["cpu_total_ms"] >= op["self_cpu_ms"] for op in profile["top_ops"]
+    )
+    trace = json.loads((out / "trace.json").read_text())
+    assert any(event.get("name") == names[0] for event in trace["traceEvents"])
+    assert "Self CPU" in (out / "key_averages.txt").read_text()
+    assert "Profile (torch, steps 3:6)" in (out / "report.html").read_text()
+    assert (out / "summary.json").exists() and (out / "steps.csv").exists()
 
 
 def test_profile_json_is_plain_json():
