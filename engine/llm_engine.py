@@ -12,6 +12,7 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.model_runner import ModelRunner
 from engine.null_executor import NullExecutor
+from engine.nvtx_ranges import nvtx_ranges
 from engine.output_processor import OutputProcessor
 from engine.request import FinishReason, RequestOutput, SamplingParams
 from engine.scheduler import Scheduler
@@ -41,6 +42,7 @@ class LLMEngine:
         self._generate_ids = itertools.count()
         self._step_count = 0
         self._step_records: list[StepRecord] = []
+        self._nvtx = nvtx_ranges()  # None unless a profiler is attached
 
     # requests in
 
@@ -139,17 +141,17 @@ class LLMEngine:
     # the loop
 
     def step(self) -> list[RequestOutput]:
-        clock = PhaseClock()
+        clock = PhaseClock(self._nvtx, self._step_count)
         scheduled = self.scheduler.schedule()
-        schedule_ms = clock.lap_ms()
+        schedule_ms = clock.lap_ms("prepare" if scheduled.batch.seqs else "output")
         batch = scheduled.batch
         sampled: list[list[int]] = []
         prepare_ms = sample_ms = 0.0
         if batch.seqs:
             token_tensor = self.executor.execute(batch)
-            prepare_ms = clock.lap_ms()
+            prepare_ms = clock.lap_ms("sample")
             sampled = token_tensor.tolist()
-            sample_ms = clock.lap_ms()
+            sample_ms = clock.lap_ms("output")
         outputs, finished = self.output_processor.process(scheduled, sampled)
         for seq in finished:
             del self._requests[seq.request_id]
