@@ -163,3 +163,34 @@ def test_bootstrap_interval_brackets_the_true_ratio_and_is_seeded():
     low, high = bootstrap_ratio_ci(base, current)
     assert 1.1 < low < np.median(current) / np.median(base) < high < 1.3
     assert bootstrap_ratio_ci(base, current) == (low, high)
+
+
+def write(path, summary_dict):
+    path.write_text(json.dumps(summary_dict))
+    return str(path)
+
+
+def test_cli_exit_codes(tmp_path):
+    from typer.testing import CliRunner
+
+    from llmbench.cli import app
+
+    base = write(tmp_path / "base.json", synthetic_run(seed=1))
+    same = write(tmp_path / "same.json", synthetic_run(seed=2))
+    slow = write(tmp_path / "slow.json", synthetic_run(seed=2, slowdown=1.2))
+    runner = CliRunner()
+
+    passed = runner.invoke(app, ["compare", base, same])
+    assert passed.exit_code == 0, passed.output
+    assert "mean_tpot_ms" in passed.output and REGRESSION not in passed.output
+    failed = runner.invoke(app, ["compare", base, slow, "--metric", "mean_tpot_ms:10%"])
+    assert failed.exit_code == 1 and REGRESSION in failed.output
+    assert runner.invoke(app, ["compare", base, slow, "--metric", "mean_tpot_ms:50%"]).exit_code == 0
+    for bad in (
+        [base, str(tmp_path / "missing.json")],
+        [base, slow, "--metric", "mean_tpot_ms:fast"],
+        [base, slow, "--metric", "mean_nothing_ms"],
+        [base],
+    ):
+        result = runner.invoke(app, ["compare", *bad])
+        assert result.exit_code == 2, (bad, result.output)

@@ -18,11 +18,18 @@ def embedded_images(html: str) -> list[bytes]:
     return [base64.b64decode(data) for data in EMBEDDED.findall(html)]
 
 
-def test_cpu_run_report_embeds_every_png_it_wrote(tmp_path):
-    run = make_run_dir(tmp_path / "run")
-    report = write_report([run], run)
-    html = report.read_text()
+HOSTILE_PROMPT = "<script>alert('owned')</script> & more"
 
+
+@pytest.fixture(scope="module")
+def cpu_report(tmp_path_factory):
+    """One CPU run's report, shared by the tests that only read it."""
+    run = make_run_dir(tmp_path_factory.mktemp("cpu") / "run", name="<b>bold$name</b>", prompt=HOSTILE_PROMPT)
+    return run, write_report([run], run).read_text()
+
+
+def test_cpu_run_report_embeds_every_png_it_wrote(cpu_report):
+    run, html = cpu_report
     pngs = sorted(p.name for p in run.glob("*.png"))
     assert pngs == ["latency_cdf.png", "over_time.png", "step_timeline.png"]
     images = embedded_images(html)
@@ -33,13 +40,30 @@ def test_cpu_run_report_embeds_every_png_it_wrote(tmp_path):
     assert "No GPU timing" in html
 
 
-def test_report_is_self_contained(tmp_path):
-    run = make_run_dir(tmp_path / "run", gpu=True)
-    html = write_report([run], run).read_text()
+def test_report_is_self_contained(cpu_report):
+    html = cpu_report[1]
     text = EMBEDDED.sub("", html).lower()
     assert "<script" not in text and "<link" not in text and "<iframe" not in text
     assert "//" not in text and "url(" not in text and "@import" not in text
     assert all(src.startswith("data:image/png;base64,") for src in re.findall(r'src="([^"]*)"', html))
+
+
+def test_summary_table_shows_headline_metrics_and_environment(cpu_report):
+    run, html = cpu_report
+    summary = json.loads((run / "summary.json").read_text())
+    assert "output tokens/s" in html and "mean TPOT (ms)" in html and "steps: mean_cpu_ms_per_step" in html
+    assert f"{summary['metrics']['output_throughput']:,.1f}" in html
+    assert f"<td>{summary['metrics']['completed']:,.0f}</td>" in html
+    assert "test cpu" in html
+    assert "INCOMPLETE" not in html
+
+
+def test_user_text_is_escaped(cpu_report):
+    html = cpu_report[1]
+    assert "&lt;script&gt;alert(&#x27;owned&#x27;)&lt;/script&gt; &amp; more" in html
+    assert "&lt;b&gt;bold$name&lt;/b&gt;" in html
+    assert "<script" not in html and "<b>" not in html
+    assert "outside the vocabulary" in html  # the failed request's error is listed
 
 
 def test_gpu_run_adds_gpu_busy_plot(tmp_path):
@@ -48,27 +72,6 @@ def test_gpu_run_adds_gpu_busy_plot(tmp_path):
     assert (run / "gpu_busy.png").is_file()
     assert "No GPU timing" not in html
     assert "mean_gpu_ms" in html
-
-
-def test_summary_table_shows_headline_metrics_and_environment(tmp_path):
-    run = make_run_dir(tmp_path / "run")
-    summary = json.loads((run / "summary.json").read_text())
-    html = write_report([run], run).read_text()
-    assert "output tokens/s" in html and "mean TPOT (ms)" in html and "steps: mean_cpu_ms_per_step" in html
-    assert f"{summary['metrics']['output_throughput']:,.1f}" in html
-    assert f"<td>{summary['metrics']['completed']:,.0f}</td>" in html
-    assert "test cpu" in html
-    assert "INCOMPLETE" not in html
-
-
-def test_user_text_is_escaped(tmp_path):
-    prompt = "<script>alert('owned')</script> & more"
-    run = make_run_dir(tmp_path / "run", name="<b>bold$name</b>", prompt=prompt)
-    html = write_report([run], run).read_text()
-    assert "&lt;script&gt;alert(&#x27;owned&#x27;)&lt;/script&gt; &amp; more" in html
-    assert "&lt;b&gt;bold$name&lt;/b&gt;" in html
-    assert "<script" not in html and "<b>" not in html
-    assert "outside the vocabulary" in html  # the failed request's error is listed
 
 
 def test_incomplete_run_is_recomputed_from_requests(tmp_path):
@@ -143,3 +146,34 @@ def test_default_report_dir(tmp_path):
     assert default_report_dir([tmp_path / "run"]) == tmp_path / "run"
     several = default_report_dir([tmp_path / "a", tmp_path / "b"], root=tmp_path)
     assert several.parent == tmp_path and several.name.startswith("report-")
+
+
+def test_report_command_exit_codes(tmp_path):
+    from typer.testing import CliRunner
+
+    from llmbench.cli import app
+
+    a, b = make_run_dir(tmp_path / "a"), make_run_dir(tmp_path / "b", seed=1)
+    runner = CliRunner()
+    result = runner.invoke(app, ["report", str(a), str(b), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "report.html").is_file()
+    assert runner.invoke(app, ["report", str(tmp_path / "missing")]).exit_code == 2
+    assert runner.invoke(app, ["report"]).exit_code == 2
+
+
+@pytest.mark.parametrize("flags, reported", [([], True), (["--no-report"], False)])
+def test_run_writes_the_report_unless_told_not_to(tmp_path, flags, reported):
+    from typer.testing import CliRunner
+
+    from llmbench.cli import app
+
+    out = tmp_path / "run"
+    overrides = ["workload.num_requests=12", "workload.warmup_requests=0", "output.report=true"]
+    args = ["run", "configs/ci.yaml", "--out", str(out), *flags]
+    result = CliRunner().invoke(app, args + [arg for o in overrides for arg in ("--set", o)])
+    assert result.exit_code == 0, result.output
+    assert (out / "summary.json").is_file()
+    assert (out / "report.html").is_file() == reported
+    if reported:
+        assert len(embedded_images((out / "report.html").read_text())) == 3
