@@ -11,7 +11,7 @@ import triton.language as tl
 from kernels.attention import LOG2E, _online_softmax_step, _paged_offsets
 
 # launch parameters, tuned on an H200 for Llama-3-8B heads (see results/h200/kernels.json)
-PREFILL_LAUNCH = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2}
+PREFILL_LAUNCH = {"block_m": 64, "block_n": 32, "num_warps": 4, "num_stages": 2}
 
 
 @triton.jit
