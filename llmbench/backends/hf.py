@@ -70,9 +70,12 @@ class HFBackend:
             return
         with self._work:
             self._queued.append((request_id, list(prompt_token_ids), params))
-            self._work.notify()
 
     def poll(self) -> list[RequestOutput]:
+        # an idle worker starts here, not on each submit, so requests submitted together batch together
+        with self._work:
+            if self._queued:
+                self._work.notify()
         outputs = []
         try:
             outputs.append(self._outputs.get(timeout=POLL_WAIT_S))

@@ -1,0 +1,117 @@
+import csv
+import dataclasses
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from engine.timing import StepRecord
+from llmbench.cli import app
+from llmbench.results import RequestRecord, load_requests, load_steps, load_summary, write_atomic
+
+REQUEST_KEYS = {
+    "id",
+    "trial",
+    "warmup",
+    "prompt_len",
+    "output_len",
+    "submit_time",
+    "first_token_time",
+    "token_times",
+    "finish_reason",
+    "error",
+}
+ENV_KEYS = {"python", "platform", "cpu", "torch", "triton", "transformers", "gpu", "gpu_memory_gb", "cuda"}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, null_config_file_module):
+    out = tmp_path_factory.mktemp("runs") / "r"
+    result = CliRunner().invoke(app, ["run", str(null_config_file_module), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def null_config_file_module(tmp_path_factory):
+    import yaml
+
+    from tests.llmbench.conftest import NULL_RUN
+
+    path = tmp_path_factory.mktemp("cfg") / "run.yaml"
+    path.write_text(yaml.safe_dump({**NULL_RUN, "slo": {"ttft_ms": 1000}}))
+    return path
+
+
+def test_run_directory_holds_the_four_files(run_dir):
+    names = {p.name for p in run_dir.iterdir()}
+    assert names == {"config.yaml", "requests.jsonl", "steps.csv", "summary.json"}
+
+
+def test_summary_schema(run_dir):
+    summary = load_summary(run_dir)
+    assert summary["schema_version"] == 1
+    assert summary["name"] == "t"
+    assert summary["complete"] is True
+    assert summary["started_at"].endswith("+00:00")
+    assert summary["config"]["workload"]["num_requests"] == 12
+    assert summary["config"]["engine"]["max_num_seqs"] == 8
+    assert ENV_KEYS <= set(summary["environment"])
+    m = summary["metrics"]
+    assert (m["completed"], m["failed"]) == (12, 0)
+    assert m["request_goodput"] == pytest.approx(m["request_throughput"])  # a 1 s TTFT SLO is always met
+    for name in ("ttft", "tpot", "itl", "e2el"):
+        for stat in ("mean", "median", "std", "min", "max", "p50", "p90", "p95", "p99"):
+            assert isinstance(m[f"{stat}_{name}_ms"], float)
+    assert summary["steps"]["num_steps"] > 0
+    assert "trials" not in summary  # a single trial
+
+
+def test_requests_jsonl_schema(run_dir):
+    lines = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines()]
+    assert len(lines) == 14
+    assert all(set(line) == REQUEST_KEYS for line in lines)  # no token ids unless save_tokens
+    warmup = [line for line in lines if line["warmup"]]
+    assert sorted(line["id"] for line in warmup) == ["warmup-0", "warmup-1"]
+    for line in lines:
+        assert line["finish_reason"] == "length"
+        assert len(line["token_times"]) == line["output_len"] >= 1
+        assert line["first_token_time"] == line["token_times"][0] >= line["submit_time"] >= 0
+        assert line["token_times"] == sorted(line["token_times"])
+    assert load_requests(run_dir)[0] == RequestRecord(**lines[0])
+
+
+def test_steps_csv_schema(run_dir):
+    with open(run_dir / "steps.csv") as f:
+        header = next(csv.reader(f))
+    assert header == ["trial"] + [field.name for field in dataclasses.fields(StepRecord)]
+    rows = load_steps(run_dir)
+    assert len(rows) == load_summary(run_dir)["steps"]["num_steps"]
+    # relative to the run start, like the request times; warm-up steps are left out
+    first_timed_submit = min(r.submit_time for r in load_requests(run_dir) if not r.warmup)
+    assert 0 <= rows[0]["t_start"] and rows[0]["t_start"] >= first_timed_submit - 1e-3
+    assert all(r["t_end"] >= r["t_start"] for r in rows)
+    assert sum(r["num_prefill_tokens"] for r in rows) == sum(r.prompt_len for r in load_requests(run_dir)[2:])
+
+
+def test_config_yaml_reloads_to_the_same_config(run_dir):
+    from llmbench.config import load_config
+
+    assert load_config(run_dir / "config.yaml").to_dict() == load_summary(run_dir)["config"]
+
+
+def test_save_tokens_adds_token_ids(tmp_path, null_config_file_module):
+    out = tmp_path / "r"
+    args = ["run", str(null_config_file_module), "--out", str(out), "--set", "output.save_tokens=true"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    for record in load_requests(out):
+        assert len(record.prompt_token_ids) == record.prompt_len
+        assert len(record.output_token_ids) == record.output_len
+
+
+def test_write_atomic_replaces_whole_files(tmp_path):
+    path = tmp_path / "summary.json"
+    write_atomic(path, "old")
+    write_atomic(path, "new")
+    assert path.read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]  # no temp file left behind

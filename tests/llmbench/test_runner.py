@@ -1,0 +1,150 @@
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import llmbench.backends
+from llmbench.backends.bundled import BundledBackend
+from llmbench.cli import app
+from llmbench.config import parse_config
+from llmbench.results import load_requests, load_steps, load_summary
+from llmbench.runner import run_benchmark
+from tests.llmbench.conftest import NULL_RUN
+
+
+class HookedBackend(BundledBackend):
+    """The bundled backend with a hook: raise `exc` at the first poll after `after` timed requests
+    finished, and track how many requests were in flight at once."""
+
+    def __init__(self, after=None, exc=KeyboardInterrupt):
+        self.after, self.exc = after, exc
+        self.finished = self.in_flight = self.max_in_flight = 0
+
+    def submit(self, request_id, prompt_token_ids, params):
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        super().submit(request_id, prompt_token_ids, params)
+
+    def poll(self):
+        if self.after is not None and self.finished >= self.after:
+            raise self.exc()
+        outputs = super().poll()
+        done = [o for o in outputs if o.finished]
+        self.in_flight -= len(done)
+        self.finished += sum(1 for o in done if "warmup" not in o.request_id)
+        return outputs
+
+
+def start(backend, **overrides):
+    config = parse_config(NULL_RUN, [f"{k}={v}" for k, v in overrides.items()])
+    backend.start(config)
+    return config, backend
+
+
+def test_ctrl_c_writes_partial_results_marked_incomplete(tmp_path):
+    config, backend = start(HookedBackend(after=5), **{"workload.num_requests": 40})
+    result = run_benchmark(config, tmp_path, backend=backend)
+    assert result.interrupted
+    summary = load_summary(tmp_path)
+    assert summary["complete"] is False
+    records = load_requests(tmp_path)
+    timed = [r for r in records if not r.warmup]
+    assert summary["metrics"]["completed"] == sum(r.finish_reason == "length" for r in timed) >= 5
+    unfinished = [r for r in timed if r.finish_reason is None]
+    assert unfinished, "requests in flight at the interrupt are kept, unfinished"
+    assert all(len(r.token_times) == r.output_len for r in unfinished)
+    assert summary["steps"]["num_steps"] == len(load_steps(tmp_path)) > 0
+
+
+def test_ctrl_c_through_the_cli_exits_130_with_results(tmp_path, monkeypatch, null_config_file):
+    def make(config):
+        return start(HookedBackend(after=3), **{})[1]
+
+    monkeypatch.setattr(llmbench.backends, "make_backend", make)
+    result = CliRunner().invoke(app, ["run", str(null_config_file), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 130
+    summary = load_summary(tmp_path / "r")
+    assert summary["complete"] is False
+    finished = [r for r in load_requests(tmp_path / "r") if not r.warmup and r.finish_reason == "length"]
+    assert summary["metrics"]["completed"] == len(finished) >= 3
+
+
+def test_failure_mid_run_exits_1_and_keeps_what_was_measured(tmp_path, monkeypatch, null_config_file):
+    monkeypatch.setattr(llmbench.backends, "make_backend", lambda c: start(HookedBackend(4, RuntimeError))[1])
+    result = CliRunner().invoke(app, ["run", str(null_config_file), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 1
+    summary = load_summary(tmp_path / "r")
+    assert summary["complete"] is False
+    finished = [r for r in load_requests(tmp_path / "r") if not r.warmup and r.finish_reason == "length"]
+    assert summary["metrics"]["completed"] == len(finished) >= 4
+
+
+def test_requests_are_submitted_at_their_arrival_times(tmp_path):
+    overrides = {"workload.arrival": "{process: constant, rate: 50}", "workload.warmup_requests": 0}
+    config, backend = start(HookedBackend(), **overrides)
+    run_benchmark(config, tmp_path, backend=backend)
+    submits = [r.submit_time for r in load_requests(tmp_path)]
+    assert np.diff(sorted(submits)) == pytest.approx([0.02] * 11, abs=1e-9)
+    assert all(r.first_token_time >= r.submit_time for r in load_requests(tmp_path))
+
+
+def test_max_concurrency_limits_requests_in_flight(tmp_path):
+    config, backend = start(HookedBackend(), **{"workload.max_concurrency": 2, "workload.warmup_requests": 0})
+    run_benchmark(config, tmp_path, backend=backend)
+    assert backend.max_in_flight == 2
+    records = sorted(load_requests(tmp_path), key=lambda r: r.submit_time)
+    ends = sorted(r.token_times[-1] for r in records)
+    # the third request waits for the first to finish, and counts from the slot opening
+    assert records[2].submit_time >= ends[0]
+
+
+def test_repeat_runs_independent_trials_and_reports_their_median(tmp_path, null_config_file):
+    out = tmp_path / "r"
+    result = CliRunner().invoke(app, ["run", str(null_config_file), "--out", str(out), "--repeat", "3"])
+    assert result.exit_code == 0, result.output
+    summary = load_summary(out)
+    assert len(summary["trials"]) == 3
+    ttfts = [t["mean_ttft_ms"] for t in summary["trials"]]
+    assert summary["metrics"]["mean_ttft_ms"] == pytest.approx(float(np.median(ttfts)))
+    records = load_requests(out)
+    assert sorted({r.trial for r in records}) == [0, 1, 2]
+    # trial k draws workload seed + k: the same ids, other prompts
+    by_trial = {k: [r.prompt_len for r in records if r.trial == k and not r.warmup] for k in range(3)}
+    assert by_trial[0] != by_trial[1]
+    assert {row["trial"] for row in load_steps(out)} == {0, 1, 2}
+
+
+def test_set_overrides_reach_the_run(tmp_path, null_config_file):
+    out = tmp_path / "r"
+    args = [
+        "run",
+        str(null_config_file),
+        "--out",
+        str(out),
+        "--set",
+        "workload.num_requests=5",
+        "--set",
+        "engine.block_size=8",
+        "--set",
+        "name=renamed",
+    ]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    summary = load_summary(out)
+    assert summary["name"] == "renamed"
+    assert summary["config"]["engine"]["block_size"] == 8
+    assert summary["metrics"]["completed"] == 5
+
+
+def test_env_prints_versions_and_hardware():
+    result = CliRunner().invoke(app, ["env", "--bandwidth"])
+    assert result.exit_code == 0
+    info = json.loads(result.stdout)
+    assert info["torch"] and info["python"] and info["cpu_cores"] >= 1
+    assert info["bandwidth"]["copy_gb_per_s"] > 0
+
+
+@pytest.mark.parametrize("command", ["run", "env"])
+def test_help_shows_an_example(command):
+    result = CliRunner().invoke(app, [command, "--help"])
+    assert result.exit_code == 0 and "Example" in result.stdout and "llmbench " + command in result.stdout
