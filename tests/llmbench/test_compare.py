@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -194,3 +195,15 @@ def test_cli_exit_codes(tmp_path):
     ):
         result = runner.invoke(app, ["compare", *bad])
         assert result.exit_code == 2, (bad, result.output)
+
+
+def test_committed_ci_baseline_gates_cpu_time_per_step(tmp_path):
+    """The gate .ci/run applies: the baseline passes against itself, a 5x slower step fails."""
+    baseline = Path(__file__).parents[2] / "results" / "baselines" / "ci"
+    gate = ["steps.mean_cpu_ms_per_step:300%"]
+    assert not has_regression(compare_runs(baseline, baseline, gate))
+    slower = json.loads((baseline / "summary.json").read_text())
+    slower["steps"]["mean_cpu_ms_per_step"] *= 5
+    (tmp_path / "summary.json").write_text(json.dumps(slower))
+    (verdict,) = compare_runs(baseline, tmp_path, gate)
+    assert verdict.verdict == REGRESSION and verdict.change == pytest.approx(4.0)
