@@ -80,6 +80,11 @@ def read_hf_shape(path: Path) -> LlamaShape:
             f"{config_file}: unsupported architecture {architectures}; "
             f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
+    window = cfg.get("sliding_window")
+    if window and cfg.get("use_sliding_window", True) and window < cfg.get("max_position_embeddings", 0):
+        logger.warning(
+            "%s: sliding window %d ignored; outputs differ from the reference past it", path, window
+        )
     try:
         return LlamaShape.from_hf_config(cfg)
     except KeyError as e:

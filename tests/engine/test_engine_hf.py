@@ -6,10 +6,13 @@ import random
 import pytest
 import torch
 
+from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.check import assert_engine_empty
 from engine.config import EngineConfig, ModelConfig
 from engine.llm_engine import LLMEngine
+from engine.model_runner import ModelRunner, select_ops
 from engine.request import SamplingParams
+from kernels import reference, triton_ops
 from tests.engine.test_model_hf import VARIANTS, hf_model
 
 MAX_NEW = 20
@@ -112,3 +115,42 @@ def test_seeded_sampling_survives_preemption(checkpoint):
     assert roomy == tight
     assert roomy[2] == roomy[-2]  # the same prompt with the same seed
     assert roomy != greedy
+
+
+def test_multi_step_decode_equals_single_steps(checkpoint):
+    """num_steps forwards from one schedule, inputs advanced on the device, still give HF's tokens."""
+    path, expected = checkpoint
+    runner = engine_for(path, block_size=4).executor
+    prompts = make_prompts()[:4]
+    tables = [list(range(i * 40, i * 40 + 40)) for i in range(len(prompts))]
+    prefill = ScheduledBatch(
+        [ScheduledSeq(i, p, 0, len(p), tables[i], GREEDY, sample=True) for i, p in enumerate(prompts)]
+    )
+    first = runner.execute(prefill)[0].tolist()
+    seqs = [p + [t] for p, t in zip(prompts, first, strict=True)]
+    decode = [ScheduledSeq(i, s, len(s) - 1, 1, tables[i], GREEDY, True, 1) for i, s in enumerate(seqs)]
+    multi = runner.execute(ScheduledBatch(decode, num_steps=3))
+    assert multi.shape == (3, len(prompts))
+    for i, tokens in enumerate(expected[:4]):
+        assert [first[i], *multi[:, i].tolist()] == tokens[:4]
+
+
+def test_kv_pool_sizing():
+    tiny = EngineConfig(model=ModelConfig(preset="tiny", device="cpu"), block_size=16)
+    block_bytes = 16 * 2 * 2 * 2 * 16 * 4  # tokens x (K, V) x layers x KV heads x head_dim x fp32
+    assert ModelRunner(tiny).num_blocks == 256 * 2048 * block_bytes // 16 // block_bytes
+    tiny.kv_cache_memory_gb = 0.01
+    assert ModelRunner(tiny).num_blocks == int(0.01 * 2**30) // block_bytes
+    tiny.num_gpu_blocks = 7
+    runner = ModelRunner(tiny)
+    assert runner.num_blocks == 7 and runner.kv_caches[0][0].shape == (7, 16, 2, 16)
+
+
+def test_bad_runner_settings():
+    with pytest.raises(
+        ValueError, match="max_model_len 4096 exceeds the model's max_position_embeddings 2048"
+    ):
+        ModelRunner(EngineConfig(model=ModelConfig(preset="tiny", device="cpu"), max_model_len=4096))
+    cpu = torch.device("cpu")
+    assert select_ops("auto", cpu) is reference and select_ops("torch", cpu) is reference
+    assert select_ops("triton", cpu) is triton_ops
