@@ -85,7 +85,7 @@ class ProfileWindow:
     def _start(self) -> None:
         logger.info("%s profiling steps %s", self.tool, self.steps)
         if self.tool == "nsys":
-            _cuda_profiler("cudaProfilerStart")
+            _cuda_profiler(start=True)
         else:
             from llmbench.profiling.torch_profile import TorchCapture
 
@@ -95,20 +95,24 @@ class ProfileWindow:
 
     def _stop(self) -> None:
         if self.tool == "nsys":
-            _cuda_profiler("cudaProfilerStop")
+            _cuda_profiler(start=False)
         else:
             self._torch.stop()
         self.active = False
         logger.info("%s profiling stopped", self.tool)
 
 
-def _cuda_profiler(call: str) -> None:
+def _cuda_profiler(start: bool) -> None:
+    """cudaProfilerStart/Stop: what `nsys profile --capture-range=cudaProfilerApi` waits for."""
     import torch
 
     if not torch.cuda.is_available():
-        logger.warning("%s skipped: no CUDA device, nsys will capture nothing", call)
+        logger.warning("no CUDA device: nsys will capture nothing")
         return
-    getattr(torch.cuda.cudart(), call)()
+    if start:
+        torch.cuda.profiler.start()
+    else:
+        torch.cuda.profiler.stop()
 
 
 def window_from_env() -> ProfileWindow | None:
