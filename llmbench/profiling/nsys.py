@@ -42,13 +42,18 @@ def profile_command(nsys: str, out_dir: Path, run_command: list[str], extra_args
 
 
 def stats_command(nsys: str, report: Path, prefix: Path) -> list[str]:
+    reports = ",".join(REPORTS)
     return [
         nsys,
         "stats",
-        f"--report={','.join(REPORTS)}",
-        "--format=csv",
-        "--force-export=true",
-        f"--output={prefix}",
+        "--report",
+        reports,
+        "--format",
+        "csv",
+        "--force-export",
+        "true",
+        "--output",
+        str(prefix),
         str(report),
     ]
 
