@@ -50,5 +50,5 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
 
     report = out_dir / "report.html"
     report.write_text(render_html(runs, figures, notes), encoding="utf-8")
-    log.info("report written to %s", report)
+    log.debug("report written to %s", report)
     return report
