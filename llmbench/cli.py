@@ -63,6 +63,8 @@ def run(
         backend = make_backend(cfg)
     except ValueError as e:  # the model settings name something unusable: preset, path, device
         raise usage_error(f"{config.name}: {e}") from None
+    except KeyboardInterrupt:  # while loading: nothing measured yet
+        raise typer.Exit(130) from None
     try:
         with RunProgress() as progress:
             result = run_benchmark(cfg, run_dir, repeat=repeat, backend=backend, progress=progress)

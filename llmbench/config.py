@@ -8,6 +8,7 @@ got 'fast'`."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -153,7 +154,7 @@ class ConfigFileError(ValueError):
 _SKIP = {(EngineConfig, "model")}
 
 
-def parse_config(data: Any, overrides: list[str] = (), default_name: str = "run") -> RunConfig:
+def parse_config(data: Any, overrides: Sequence[str] = (), default_name: str = "run") -> RunConfig:
     """Validate a YAML-shaped mapping (plus `a.b=value` overrides) into a RunConfig."""
     if data is None:
         data = {}
@@ -166,7 +167,7 @@ def parse_config(data: Any, overrides: list[str] = (), default_name: str = "run"
     return build(RunConfig, data, "", skip=_SKIP)
 
 
-def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
     """Read and validate a YAML config file. Errors carry the file name in their message."""
     path = Path(path)
     try:
