@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from kernels import reference, triton_ops
+from kernels import attention, reference, triton_ops
 from kernels.attention import paged_decode_attention
 from tests.kernels.paged_kv import DEVICE, FP32_TOL, random_paged_kv
 
@@ -109,3 +109,18 @@ def test_prefill_bf16_llama_heads_on_gpu():
         atol=2e-2,
         rtol=2e-2,
     )
+
+
+@pytest.mark.parametrize(
+    "batch,context,splits",
+    [
+        (64, 2048, 1),  # 512 programs already fill an H200 (132 SMs x 4)
+        (16, 8192, 4),  # 128 programs: split 4 ways, staying within one wave
+        (32, 2048, 2),
+        (1, 2048, 16),  # capped by the minimum partition of 128 tokens
+    ],
+)
+def test_decode_split_heuristic_on_an_h200_sized_gpu(monkeypatch, batch, context, splits):
+    monkeypatch.setattr(attention, "_num_sms", lambda device: 132)
+    num_splits, partition = attention._decode_partitions(batch, 8, context, torch.device("cuda"))
+    assert (num_splits, partition) == (splits, context // splits)
