@@ -148,3 +148,13 @@ def test_env_prints_versions_and_hardware():
 def test_help_shows_an_example(command):
     result = CliRunner().invoke(app, [command, "--help"])
     assert result.exit_code == 0 and "Example" in result.stdout and "llmbench " + command in result.stdout
+
+
+def test_python_dash_m_runs_the_cli():
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "llmbench", "env"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["python"].count(".") == 2
