@@ -13,6 +13,8 @@ from pathlib import Path
 from rich import box
 from rich.table import Table
 
+from llmbench.metrics import summarize_steps
+from llmbench.results import load_steps
 from llmbench.stats import bootstrap_ratio_ci, mann_whitney_greater, ratio
 
 log = logging.getLogger(__name__)
@@ -105,7 +107,24 @@ def load_summary(path: Path) -> dict:
         raise CompareError(f"{file}: not an llmbench summary (no 'metrics')")
     if not summary.get("complete", True):
         log.warning("%s is from an incomplete run", file)
+    if path.is_dir():
+        _attach_trial_steps(summary, path)
     return summary
+
+
+def _attach_trial_steps(summary: dict, run_dir: Path) -> None:
+    """Give each trial its own step summary from steps.csv, so steps.* metrics are judged against
+    trial noise too rather than as one point each."""
+    trials = summary.get("trials") or []
+    if len(trials) < 2 or any("steps" in trial for trial in trials) or not (run_dir / "steps.csv").is_file():
+        return
+    rows_by_trial: dict[int, list[dict]] = {}
+    for row in load_steps(run_dir):
+        rows_by_trial.setdefault(row["trial"], []).append(row)
+    if sorted(rows_by_trial) != list(range(len(trials))):
+        return
+    for k, trial in enumerate(trials):
+        trial["steps"] = summarize_steps(rows_by_trial[k])
 
 
 def _lookup(root: dict, path: str) -> float | None:

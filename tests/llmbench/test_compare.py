@@ -207,3 +207,33 @@ def test_committed_ci_baseline_gates_cpu_time_per_step(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps(slower))
     (verdict,) = compare_runs(baseline, tmp_path, gate)
     assert verdict.verdict == REGRESSION and verdict.change == pytest.approx(4.0)
+
+
+def run_dir_with_steps(path: Path, seed: int, cpu_ms_by_trial: list[float]) -> Path:
+    """A run directory with repeated trials whose steps.csv carries the trial of every step."""
+    path.mkdir()
+    run = synthetic_run(seed, trials=len(cpu_ms_by_trial))
+    run["steps"] = {"mean_cpu_ms_per_step": float(np.mean(cpu_ms_by_trial))}
+    (path / "summary.json").write_text(json.dumps(run))
+    lines = ["trial,step,t_start,t_end,schedule_ms,prepare_ms,sample_ms,output_ms,ipc_ms,gpu_ms"]
+    for trial, cpu_ms in enumerate(cpu_ms_by_trial):
+        half = cpu_ms / 2
+        lines += [f"{trial},{s},{s / 100},{s / 100 + 0.005},{half},{half},0,0,0," for s in range(4)]
+    (path / "steps.csv").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_step_metrics_get_trials_from_steps_csv(tmp_path):
+    base = run_dir_with_steps(tmp_path / "base", 1, [0.20, 0.26, 0.17])
+    noisy = run_dir_with_steps(tmp_path / "noisy", 2, [0.24, 0.19, 0.29])
+    slow = run_dir_with_steps(tmp_path / "slow", 2, [0.50, 0.55, 0.52])
+    gate = ["steps.mean_cpu_ms_per_step"]
+
+    (same,) = compare_runs(base, noisy, gate)
+    assert same.trials == (3, 3) and same.baseline == pytest.approx(0.20)
+    assert same.change == pytest.approx(0.2) and same.verdict == WITHIN_NOISE
+    (slower,) = compare_runs(base, slow, gate)
+    assert slower.verdict == REGRESSION and slower.ci_low > 0.5
+    # a bare summary.json has no step log: one value per side, judged by the point ratio
+    (point,) = compare_runs(base / "summary.json", noisy, gate)
+    assert point.trials == (0, 3) and point.ci_low is None
