@@ -44,7 +44,9 @@ class ModelConfig:
     def __post_init__(self) -> None:
         _require(self.preset is not None or self.path is not None, "preset", "give a preset or a path")
         _require(self.dtype in DTYPES, "dtype", f"expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        _require(self.device in DEVICES, "device", f"expected one of {', '.join(DEVICES)}, got {self.device!r}")
+        _require(
+            self.device in DEVICES, "device", f"expected one of {', '.join(DEVICES)}, got {self.device!r}"
+        )
         _require(
             self.executor in EXECUTORS,
             "executor",
