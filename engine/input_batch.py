@@ -1,7 +1,11 @@
 """Turn a ScheduledBatch into the model's tensors: flattened token ids and positions, where each new
 token's K/V goes (slot mapping), and each sequence's block table, length and row range. Runs every step
 with up to max_num_seqs sequences, so it is per-sequence list work plus a handful of tensor ops, never a
-Python loop over tokens."""
+Python loop over tokens.
+
+All integer inputs of a step are packed into one persistent host buffer (pinned on CUDA) and sent in a
+single non-blocking copy to one persistent device buffer; the model's inputs are views of it. Slot
+mapping is derived on the device."""
 
 from __future__ import annotations
 
@@ -16,10 +20,10 @@ from engine.models.llama import AttentionMetadata
 
 @dataclass
 class ModelInput:
-    input_ids: torch.Tensor  # [T] int64
-    positions: torch.Tensor  # [T] int64
+    input_ids: torch.Tensor  # [T] int32 or int64
+    positions: torch.Tensor  # [T] int32 or int64
     attn: AttentionMetadata
-    sample_rows: torch.Tensor  # [n_sample] int64: the row of each sampled sequence's last new token
+    sample_rows: torch.Tensor  # [n_sample]: the row of each sampled sequence's last new token
 
 
 def slot_mapping(
@@ -30,43 +34,76 @@ def slot_mapping(
     return blocks * block_size + positions % block_size
 
 
+class InputBuffers:
+    """The persistent host and device buffers of one model runner. They grow (doubling) when a step
+    needs more room, so after the first steps of each size no step allocates."""
+
+    def __init__(self, block_size: int, device: torch.device, capacity: int = 1 << 14):
+        self.block_size = block_size
+        self.device = device
+        self._pinned = device.type == "cuda"
+        # the host buffer may only be refilled once the last step's copy has read it
+        self._copied = torch.cuda.Event() if self._pinned else None
+        self._allocate(capacity)
+
+    def _allocate(self, capacity: int) -> None:
+        self._host = torch.empty(capacity, dtype=torch.int32, pin_memory=self._pinned)
+        self._host_np = self._host.numpy()
+        self._device_buf = torch.empty(capacity, dtype=torch.int32, device=self.device)
+
+    def prepare(self, batch: ScheduledBatch) -> ModelInput:
+        seqs = batch.seqs
+        num_seqs = len(seqs)
+        input_ids: list[int] = []
+        positions: list[int] = []
+        seq_lens: list[int] = []
+        query_start_loc = [0]
+        for s in seqs:
+            end = s.num_computed + s.num_new
+            input_ids += s.token_ids[s.num_computed : end]
+            positions += range(s.num_computed, end)
+            seq_lens.append(end)
+            query_start_loc.append(query_start_loc[-1] + s.num_new)
+        max_blocks = max(len(s.block_table) for s in seqs)
+        block_tables: list[int] = []
+        for s in seqs:
+            block_tables += s.block_table
+            block_tables += [0] * (max_blocks - len(s.block_table))
+        sample_rows = [query_start_loc[i + 1] - 1 for i, s in enumerate(seqs) if s.sample]
+
+        # one host buffer, one copy: sections in this order
+        sections = (input_ids, positions, seq_lens, query_start_loc, sample_rows, block_tables)
+        bounds = np.cumsum([0, *map(len, sections)]).tolist()
+        total = bounds[-1]
+        if self._copied is not None:
+            self._copied.synchronize()
+        if total > self._host.numel():
+            self._allocate(max(total, 2 * self._host.numel()))
+        for values, start, end in zip(sections, bounds, bounds[1:], strict=False):
+            self._host_np[start:end] = values
+        device = self._device_buf[:total]
+        device.copy_(self._host[:total], non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
+        ids_t, positions_t, seq_lens_t, query_start_t, sample_rows_t, tables_t = (
+            device[start:end] for start, end in zip(bounds, bounds[1:], strict=False)
+        )
+        block_tables_t = tables_t.view(num_seqs, max_blocks)
+        # slots are derived on the device: one gather instead of a Python loop over tokens
+        seq_index = torch.repeat_interleave(query_start_t.diff(), output_size=len(positions))
+        attn = AttentionMetadata(
+            slot_mapping=slot_mapping(block_tables_t, seq_index, positions_t, self.block_size),
+            block_tables=block_tables_t,
+            seq_lens=seq_lens_t,
+            query_start_loc=query_start_t,
+            decode_only=batch.is_decode_only,
+        )
+        return ModelInput(ids_t, positions_t, attn, sample_rows_t)
+
+
 def prepare_inputs(batch: ScheduledBatch, block_size: int, device: torch.device) -> ModelInput:
-    seqs = batch.seqs
-    input_ids: list[int] = []
-    positions: list[int] = []
-    seq_lens: list[int] = []
-    query_start_loc = [0]
-    for s in seqs:
-        end = s.num_computed + s.num_new
-        input_ids += s.token_ids[s.num_computed : end]
-        positions += range(s.num_computed, end)
-        seq_lens.append(end)
-        query_start_loc.append(query_start_loc[-1] + s.num_new)
-    max_blocks = max(len(s.block_table) for s in seqs)
-    block_tables: list[int] = []
-    for s in seqs:
-        block_tables += s.block_table
-        block_tables += [0] * (max_blocks - len(s.block_table))
-    sample_rows = [query_start_loc[i + 1] - 1 for i, s in enumerate(seqs) if s.sample]
-
-    def to_device(values: list[int], dtype: type) -> torch.Tensor:
-        # through numpy: converting Python ints is several times faster than torch.tensor(list)
-        return torch.from_numpy(np.array(values, dtype=dtype)).to(device, non_blocking=True)
-
-    positions_t = to_device(positions, np.int64)
-    block_tables_t = to_device(block_tables, np.int32).view(len(seqs), max_blocks)
-    query_start_t = to_device(query_start_loc, np.int32)
-    seq_lens_t = to_device(seq_lens, np.int32)
-    # slots are derived on the device: one gather instead of a Python loop over tokens
-    seq_index = torch.repeat_interleave(query_start_t.diff().long(), output_size=len(positions))
-    attn = AttentionMetadata(
-        slot_mapping=slot_mapping(block_tables_t, seq_index, positions_t, block_size),
-        block_tables=block_tables_t,
-        seq_lens=seq_lens_t,
-        query_start_loc=query_start_t,
-        decode_only=batch.is_decode_only,
-    )
-    return ModelInput(to_device(input_ids, np.int64), positions_t, attn, to_device(sample_rows, np.int64))
+    """One step's inputs through throwaway buffers (tests and one-off forwards)."""
+    return InputBuffers(block_size, device, capacity=1).prepare(batch)
 
 
 def advance_decode(inputs: ModelInput, sampled: torch.Tensor, block_size: int) -> ModelInput:

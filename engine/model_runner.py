@@ -10,7 +10,8 @@ import torch
 
 from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.config import EngineConfig
-from engine.input_batch import advance_decode, prepare_inputs
+from engine.cuda_graphs import DecodeGraphs, graph_bucket
+from engine.input_batch import InputBuffers, advance_decode
 from engine.loader import load_model, resolve_device
 from engine.models.llama import KVCache
 from engine.nvtx_ranges import nvtx_ranges, phase_range
@@ -54,37 +55,66 @@ class ModelRunner:
             )
         self.sampler = Sampler(self.shape.eos_token_id, self.device, config.model.seed)
         self._forward_range = phase_range(nvtx_ranges(), "forward")
+        self.inputs = InputBuffers(self.block_size, self.device)
+        self.graphs: DecodeGraphs | None = None
         free_kv_bytes = self._profile_free_memory() if self.device.type == "cuda" else None
         self.num_blocks = self._decide_num_blocks(free_kv_bytes)
-        self.kv_caches = self._allocate_kv_caches(self.num_blocks)
+        # one spare block past those the block manager hands out: padding rows of a graph write there
+        self.kv_caches = self._allocate_kv_caches(self.num_blocks + 1)
         logger.info(
             "KV pool: %d blocks of %d tokens (%.2f GiB)",
             self.num_blocks,
             self.block_size,
             self.num_blocks * self._block_bytes() / 2**30,
         )
+        if config.cuda_graphs:
+            self.graphs = self._capture_graphs()
 
     @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> torch.Tensor:
         """Sampled token ids [num_steps, n_sample], left on the device: reading them is the caller's
         single sync of the step."""
         sampled_seqs = [s for s in batch.seqs if s.sample]
-        inputs = prepare_inputs(batch, self.block_size, self.device)
+        inputs = self.inputs.prepare(batch)
+        use_graphs = self.graphs is not None and self.graphs.handles(batch)
         tokens = []
         for step in range(batch.num_steps):
             if step:
                 inputs = advance_decode(inputs, tokens[-1], self.block_size)
             with self._forward_range:
-                hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn, self.kv_caches)
-                logits = self.model.compute_logits(hidden[inputs.sample_rows])
+                if use_graphs:
+                    logits = self.graphs.run(inputs)
+                else:
+                    hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn, self.kv_caches)
+                    logits = self.model.compute_logits(hidden[inputs.sample_rows])
             tokens.append(self.sampler(logits, sampled_seqs, step))
         return torch.stack(tokens)
 
     def shutdown(self) -> None:
         self.kv_caches = []
+        self.graphs = None
         self.model = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+    def _capture_graphs(self) -> DecodeGraphs | None:
+        if self.device.type != "cuda":
+            logger.warning("cuda_graphs needs a CUDA device; decode runs eagerly on %s", self.device)
+            return None
+        # buckets past the one holding max_num_seqs would never be used
+        all_sizes = self.config.cuda_graph_sizes
+        largest = graph_bucket(self.config.max_num_seqs, all_sizes) or all_sizes[-1]
+        sizes = [s for s in all_sizes if s <= largest]
+        graphs = DecodeGraphs(
+            self.model,
+            self.kv_caches,
+            sizes,
+            max_blocks_per_seq=-(-self.max_model_len // self.block_size),
+            pad_block=self.num_blocks,
+            block_size=self.block_size,
+        )
+        graphs.capture()
+        return graphs
 
     # KV pool sizing
 
