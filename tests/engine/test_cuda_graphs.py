@@ -1,0 +1,180 @@
+"""Decode CUDA graphs: bucket choice, padding into the static buffers, and that the padded forward a graph
+captures gives the eager logits for the real rows while padding rows touch only the spare block. The
+padded forward runs eagerly on CPU; capture and replay are checked on a GPU when there is one."""
+
+import random
+
+import pytest
+import torch
+
+from engine.batch import ScheduledBatch, ScheduledSeq
+from engine.config import EngineConfig, ModelConfig
+from engine.cuda_graphs import DecodeGraphs, graph_bucket
+from engine.input_batch import InputBuffers
+from engine.llm_engine import LLMEngine
+from engine.loader import load_model
+from engine.request import SamplingParams
+
+BLOCK = 4
+NUM_BLOCKS = 40  # the spare (padding) block is index NUM_BLOCKS
+SIZES = [1, 2, 4, 8]
+MAX_BLOCKS_PER_SEQ = 12
+GREEDY = SamplingParams(max_tokens=64, ignore_eos=True)
+
+
+def test_graph_bucket_is_the_smallest_size_that_fits():
+    sizes = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert [graph_bucket(n, sizes) for n in (1, 2, 3, 5, 8, 9, 200, 256)] == [1, 2, 4, 8, 8, 16, 256, 256]
+    assert graph_bucket(257, sizes) is None
+    assert graph_bucket(3, [6]) == 6
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return load_model(ModelConfig(preset="tiny", device="cpu", dtype="float32"))
+
+
+def kv_caches(model, seed: int = 0) -> list:
+    s = model.shape
+    layout = (NUM_BLOCKS + 1, BLOCK, s.num_kv_heads, s.head_dim)
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        (torch.randn(layout, generator=gen), torch.randn(layout, generator=gen)) for _ in range(s.num_layers)
+    ]
+
+
+def decode_batch(num_seqs: int, seed: int) -> ScheduledBatch:
+    """num_seqs decodes with random contexts over disjoint random blocks; the cache already holds
+    random K/V for every earlier position."""
+    rng = random.Random(seed)
+    free = list(range(NUM_BLOCKS))
+    rng.shuffle(free)
+    seqs = []
+    for i in range(num_seqs):
+        length = rng.randrange(2, 14)
+        table = [free.pop() for _ in range(-(-length // BLOCK))]
+        tokens = [rng.randrange(3, 512) for _ in range(length)]
+        seqs.append(ScheduledSeq(i, tokens, length - 1, 1, table, GREEDY, sample=True, num_outputs=1))
+    return ScheduledBatch(seqs)
+
+
+def graphs_for(model, caches) -> DecodeGraphs:
+    return DecodeGraphs(model, caches, SIZES, MAX_BLOCKS_PER_SEQ, pad_block=NUM_BLOCKS, block_size=BLOCK)
+
+
+def test_handles_only_decode_batches_that_fit_a_bucket(model):
+    graphs = graphs_for(model, kv_caches(model))
+    assert graphs.handles(decode_batch(3, seed=0))
+    assert not graphs.handles(decode_batch(9, seed=0))  # past the largest bucket
+    prefill = decode_batch(2, seed=0)
+    prefill.seqs[0].num_outputs = 0  # the last prompt token, not a decode
+    assert not graphs.handles(prefill)
+    not_sampled = decode_batch(2, seed=0)
+    not_sampled.seqs[1].sample = False
+    assert not graphs.handles(not_sampled)
+
+
+def test_load_pads_to_the_bucket_and_resets_stale_rows(model):
+    graphs = graphs_for(model, kv_caches(model))
+    buffers = InputBuffers(BLOCK, torch.device("cpu"))
+    big, small = decode_batch(7, seed=1), decode_batch(3, seed=2)
+    assert graphs.load(buffers.prepare(big)) == 8
+    assert graphs.load(buffers.prepare(small)) == 4
+    pad_slot = NUM_BLOCKS * BLOCK
+    expected_slots = [
+        s.block_table[s.num_computed // BLOCK] * BLOCK + s.num_computed % BLOCK for s in small.seqs
+    ]
+    assert graphs.slot_mapping[:3].tolist() == expected_slots
+    # row 3 held the 7-sequence batch: bucket 4 runs it, so its write goes back to the spare block
+    assert graphs.slot_mapping[3].item() == pad_slot
+    assert graphs.input_ids[:3].tolist() == [s.token_ids[-1] for s in small.seqs]
+    assert graphs.positions[:3].tolist() == [s.num_computed for s in small.seqs]
+    assert graphs.seq_lens[:3].tolist() == [s.seq_len for s in small.seqs]
+    for row, s in enumerate(small.seqs):
+        assert graphs.block_tables[row, : len(s.block_table)].tolist() == s.block_table
+    # rows past bucket 4 are not run; once a batch of 5 runs bucket 8, they are reset too
+    assert graphs.load(buffers.prepare(decode_batch(5, seed=3))) == 8
+    assert graphs.slot_mapping[5:8].tolist() == [pad_slot] * 3
+    # rows never loaded stay pure padding: one token in the spare block
+    assert graphs.seq_lens[7:].tolist() == [1] and graphs.block_tables[7].tolist() == [NUM_BLOCKS] * 12
+
+
+@pytest.mark.parametrize("num_seqs", [1, 3, 5])
+def test_padded_forward_matches_eager_and_writes_only_its_slots(model, num_seqs):
+    batch = decode_batch(num_seqs, seed=num_seqs)
+    inputs = InputBuffers(BLOCK, torch.device("cpu")).prepare(batch)
+    eager_caches, padded_caches = kv_caches(model), kv_caches(model)
+    with torch.inference_mode():
+        hidden = model(inputs.input_ids, inputs.positions, inputs.attn, eager_caches)
+        eager = model.compute_logits(hidden[inputs.sample_rows])
+        graphs = graphs_for(model, padded_caches)
+        bucket = graphs.load(inputs)
+        padded = graphs.forward(bucket)
+    assert padded.shape == (graph_bucket(num_seqs, SIZES), model.shape.vocab_size)
+    torch.testing.assert_close(padded[:num_seqs], eager, rtol=1e-4, atol=1e-4)
+    # the same K/V landed in the live blocks; padding rows wrote only into the spare block
+    for (k_eager, v_eager), (k_padded, v_padded) in zip(eager_caches, padded_caches, strict=True):
+        torch.testing.assert_close(k_padded[:NUM_BLOCKS], k_eager[:NUM_BLOCKS])
+        torch.testing.assert_close(v_padded[:NUM_BLOCKS], v_eager[:NUM_BLOCKS])
+    if bucket > num_seqs:
+        fresh_spare = kv_caches(model)[0][0][NUM_BLOCKS]
+        assert not torch.equal(padded_caches[0][0][NUM_BLOCKS], fresh_spare)
+
+
+# GPU: capture and replay
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def tiny_engine(cuda_graphs: bool, backend: str = "triton") -> LLMEngine:
+    return LLMEngine(
+        EngineConfig(
+            model=ModelConfig(preset="tiny", device="cuda", dtype="float32"),
+            block_size=BLOCK,
+            num_gpu_blocks=256,
+            max_num_seqs=16,
+            cuda_graphs=cuda_graphs,
+            cuda_graph_sizes=[1, 2, 4, 8],
+            attention_backend=backend,
+        )
+    )
+
+
+def mixed_prompts(count: int) -> list[list[int]]:
+    rng = random.Random(7)
+    return [[rng.randrange(3, 512) for _ in range(rng.randrange(1, 60))] for _ in range(count)]
+
+
+@cuda
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_graph_replay_gives_the_eager_tokens(backend):
+    # 12 requests: batches shrink from 12 (eager, past the largest bucket) through every bucket
+    prompts = mixed_prompts(12)
+    params = [SamplingParams(max_tokens=8 + 4 * i, ignore_eos=True) for i in range(12)]
+    eager = tiny_engine(cuda_graphs=False, backend=backend)
+    expected = eager.generate(prompts, params)
+    eager.shutdown()
+    graphed = tiny_engine(cuda_graphs=True, backend=backend)
+    assert sorted(graphed.executor.graphs.graphs) == [1, 2, 4, 8]
+    assert graphed.generate(prompts, params) == expected
+    graphed.shutdown()
+
+
+@cuda
+def test_replay_after_a_larger_batch_leaves_live_kv_alone():
+    engine = tiny_engine(cuda_graphs=True)
+    graphs = engine.executor.graphs
+    runner = engine.executor
+    big = decode_batch(7, seed=3)
+    with torch.inference_mode():
+        graphs.run(runner.inputs.prepare(big))
+        before = [k.clone() for k, _ in runner.kv_caches]
+        small = ScheduledBatch(big.seqs[:2])
+        graphs.run(runner.inputs.prepare(small))
+    torch.cuda.synchronize()
+    touched = {s.block_table[s.num_computed // BLOCK] for s in small.seqs}
+    for (k, _), k_before in zip(runner.kv_caches, before, strict=True):
+        for block in range(runner.num_blocks):
+            if block not in touched:
+                assert torch.equal(k[block], k_before[block]), f"block {block} changed"
