@@ -4,7 +4,7 @@ KV is already cached."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.request import SamplingParams
 
@@ -29,6 +29,11 @@ class ScheduledSeq:
 class ScheduledBatch:
     seqs: list[ScheduledSeq]
     num_steps: int = 1  # multi-step: decode-only batches run this many forwards per schedule
+    # async output: decodes whose input token is still on the device, sampled by the step in flight.
+    # Token row feed_rows[i] takes column feed_cols[i] of feed_tokens' last row.
+    feed_rows: list[int] = field(default_factory=list)
+    feed_cols: list[int] = field(default_factory=list)
+    feed_tokens: object = None  # torch.Tensor [num_steps, n_sample] of the step in flight
 
     @property
     def num_tokens(self) -> int:

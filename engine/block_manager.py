@@ -86,9 +86,10 @@ class BlockManager:
         seq.block_table = []
         seq.num_cached_blocks = 0
 
-    def cache_full_blocks(self, seq: Sequence) -> None:
-        """Register seq's blocks that became full and computed, so later requests can reuse them."""
-        num_full = seq.num_computed // self.block_size
+    def cache_full_blocks(self, seq: Sequence, num_tokens: int | None = None) -> None:
+        """Register seq's blocks that became full and computed, so later requests can reuse them.
+        num_tokens (default: all computed) bounds the tokens considered, e.g. to those read back."""
+        num_full = (seq.num_computed if num_tokens is None else num_tokens) // self.block_size
         if num_full <= seq.num_cached_blocks:
             return
         if self.prefix_caching:

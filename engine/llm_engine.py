@@ -1,5 +1,6 @@
-"""The engine's step loop: schedule, execute, process outputs. Requests come in through
-add_request and leave as RequestOutputs from step(); a bad request fails alone, as an output."""
+"""The engine's step loop: schedule, launch, read back and process outputs. Requests come in through
+add_request and leave as RequestOutputs from step(); a bad request fails alone, as an output.
+With async_output the step launched is processed one step later, while its successor runs."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ import time
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.in_flight import InFlightStep
 from engine.model_runner import ModelRunner
 from engine.null_executor import NullExecutor
 from engine.nvtx_ranges import nvtx_ranges
 from engine.output_processor import OutputProcessor
 from engine.request import FinishReason, RequestOutput, SamplingParams
-from engine.scheduler import Scheduler
+from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
-from engine.timing import PhaseClock, StepRecord
+from engine.timing import GpuTimer, PhaseClock, StepRecord
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +45,9 @@ class LLMEngine:
         self._step_count = 0
         self._step_records: list[StepRecord] = []
         self._nvtx = nvtx_ranges()  # None unless a profiler is attached
+        on_cuda = self.executor.device.type == "cuda"
+        self._gpu_timer = GpuTimer() if config.step_timing and on_cuda else None
+        self._in_flight: InFlightStep | None = None  # async output: launched, not yet processed
 
     # requests in
 
@@ -98,8 +103,7 @@ class LLMEngine:
                 f"prompt ({num_prompt_tokens} tokens) + max_tokens ({params.max_tokens}) "
                 f"exceeds max_model_len {max_model_len}"
             )
-        # the last generated token never enters the KV cache
-        needed = self.block_manager.blocks_for(total - 1)
+        needed = self.block_manager.blocks_for(self.scheduler.kv_tokens_needed(total))
         if needed > self.block_manager.num_blocks:
             return f"needs {needed} KV blocks, the pool has {self.block_manager.num_blocks}"
         return None
@@ -131,7 +135,7 @@ class LLMEngine:
                 t_scheduled=seq.t_scheduled,
                 num_prompt_tokens=seq.num_prompt_tokens,
                 num_cached_tokens=seq.num_cached_tokens,
-                token_ids=seq.output_token_ids,
+                token_ids=seq.known_output_ids,
             )
         )
 
@@ -143,48 +147,72 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         clock = PhaseClock(self._nvtx, self._step_count)
         scheduled = self.scheduler.schedule()
-        schedule_ms = clock.lap_ms("prepare" if scheduled.batch.seqs else "output")
+        schedule_ms = clock.lap_ms("prepare")
+        launched = self._launch(scheduled)
+        prepare_ms = clock.lap_ms("sample")
+        done = launched
+        if self.config.async_output:
+            # the step just launched runs on the device while the one before is read back and processed
+            done, self._in_flight = self._in_flight, launched
+        sampled = done.read() if done is not None else []
+        sample_ms = clock.lap_ms("output")
+        outputs = self._process(done, sampled)
+        output_ms = clock.lap_ms()
+        if self.config.step_timing:
+            record = StepRecord(
+                step=self._step_count,
+                t_start=clock.start,
+                t_end=clock.last,
+                num_prefill_tokens=scheduled.batch.num_prefill_tokens,
+                num_decode_seqs=scheduled.batch.num_decode_seqs,
+                num_running=len(self.scheduler.running),
+                num_waiting=len(self.scheduler.waiting),
+                num_blocks_used=self.block_manager.num_used,
+                num_preempted=scheduled.num_preempted,
+                num_steps=scheduled.batch.num_steps,
+                schedule_ms=schedule_ms,
+                prepare_ms=prepare_ms,
+                sample_ms=sample_ms,
+                output_ms=output_ms,
+            )
+            self._step_records.append(record)
+            if launched is not None and launched.span is not None:
+                self._gpu_timer.track(launched.span, record)
+        self._step_count += 1
+        return outputs
+
+    def _launch(self, scheduled: SchedulerOutput) -> InFlightStep | None:
+        """Start the batch on the device and move its sequences past it, tokens still unknown."""
         batch = scheduled.batch
-        sampled: list[list[int]] = []
-        prepare_ms = sample_ms = 0.0
-        if batch.seqs:
-            token_tensor = self.executor.execute(batch)
-            prepare_ms = clock.lap_ms("sample")
-            sampled = token_tensor.tolist()
-            sample_ms = clock.lap_ms("output")
-        outputs, finished = self.output_processor.process(scheduled, sampled)
-        for seq in finished:
-            del self._requests[seq.request_id]
+        if not batch.seqs:
+            return None
+        if batch.feed_rows:
+            batch.feed_tokens = self._in_flight.tokens
+        span = self._gpu_timer.start() if self._gpu_timer is not None else None
+        launched = InFlightStep(scheduled, self.executor.execute(batch), span)
+        if span is not None:
+            self._gpu_timer.stop(span)
+        self.scheduler.advance(scheduled)
+        return launched
+
+    def _process(self, done: InFlightStep | None, sampled: list[list[int]]) -> list[RequestOutput]:
+        outputs: list[RequestOutput] = []
+        if done is not None:
+            outputs, finished = self.output_processor.process(done.scheduled, sampled)
+            for seq in finished:
+                del self._requests[seq.request_id]
         if self._pending:
             now = time.perf_counter()
             for output in self._pending:
                 output.t_emit = now
             outputs = self._pending + outputs
             self._pending = []
-        output_ms = clock.lap_ms()
-        if self.config.step_timing:
-            self._step_records.append(
-                StepRecord(
-                    step=self._step_count,
-                    t_start=clock.start,
-                    t_end=clock.last,
-                    num_prefill_tokens=batch.num_prefill_tokens,
-                    num_decode_seqs=batch.num_decode_seqs,
-                    num_running=len(self.scheduler.running),
-                    num_waiting=len(self.scheduler.waiting),
-                    num_blocks_used=self.block_manager.num_used,
-                    num_preempted=scheduled.num_preempted,
-                    num_steps=batch.num_steps,
-                    schedule_ms=schedule_ms,
-                    prepare_ms=prepare_ms,
-                    sample_ms=sample_ms,
-                    output_ms=output_ms,
-                )
-            )
-        self._step_count += 1
         return outputs
 
     def drain_step_records(self) -> list[StepRecord]:
+        """Step records so far, GPU times filled in (waiting for the device's last steps if needed)."""
+        if self._gpu_timer is not None:
+            self._gpu_timer.resolve(wait=True)
         records, self._step_records = self._step_records, []
         return records
 

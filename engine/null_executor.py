@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from engine.batch import ScheduledBatch
@@ -51,16 +52,19 @@ class NullExecutor:
         return min(config.max_num_seqs * blocks_per_seq, _MAX_DEFAULT_BLOCKS)
 
     def execute(self, batch: ScheduledBatch) -> torch.Tensor:
-        vocab = self.shape.vocab_size
-        eos = self.shape.eos_token_id
-        tokens = []
-        for step in range(batch.num_steps):
-            for seq in batch.seqs:
-                if seq.sample:
-                    # the token sampled here lands at position seq_len (+ step for later forwards)
-                    token = (seq.seq_id * 1_000_003 + (seq.seq_len + step) * 7_919) % (vocab - 1)
-                    tokens.append(token + 1 if token >= eos else token)  # skip EOS
-        return torch.tensor(tokens, dtype=torch.int64).view(batch.num_steps, -1)
+        """Tokens [num_steps, n_sample]: the one sampled at position p of sequence s is a hash of
+        (s, p), so any batching, chunking or multi-step window yields the same tokens."""
+        ids, positions = [], []
+        for seq in batch.seqs:
+            if seq.sample:
+                ids.append(seq.seq_id)
+                positions.append(seq.seq_len)  # where the first sampled token lands
+        steps = np.arange(batch.num_steps)[:, None]
+        tokens = (np.array(ids) * 1_000_003 + (np.array(positions) + steps) * 7_919) % (
+            self.shape.vocab_size - 1
+        )
+        tokens += tokens >= self.shape.eos_token_id  # skip EOS
+        return torch.from_numpy(tokens)
 
     def shutdown(self) -> None:
         pass

@@ -1,13 +1,18 @@
-"""After a forward: advance each scheduled sequence, append its sampled token, decide whether it
-stopped, and turn the step into RequestOutputs. Finished sequences give their blocks back here."""
+"""After a step's tokens are read back: fill each sequence's placeholders with its sampled tokens,
+decide whether it stopped, and turn the step into RequestOutputs. A multi-step window gives each
+sequence several tokens, emitted as one chunk; tokens after a stop are dropped. Finished sequences
+give their blocks back here."""
 
 from __future__ import annotations
 
 import time
 
-from engine.request import FinishReason, RequestOutput
+from engine.request import FinishReason, RequestOutput, SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutput
-from engine.sequence import Sequence
+from engine.sequence import Sequence, SequenceStatus
+
+_FINISHED = SequenceStatus.FINISHED
+_RUNNING = SequenceStatus.RUNNING
 
 
 class OutputProcessor:
@@ -22,27 +27,44 @@ class OutputProcessor:
         """Outputs of one step and the sequences it finished. `sampled` holds one row per
         forward, one token per sampling sequence in batch order."""
         now = time.perf_counter()
-        tokens = iter(sampled[0]) if sampled else iter(())
-        block_size = self.block_manager.block_size
+        num_steps = scheduled.batch.num_steps
+        # one entry per sampling sequence: its token, or its tokens of the whole window
+        columns = iter(sampled[0] if num_steps == 1 else zip(*sampled, strict=True)) if sampled else iter(())
         outputs: list[RequestOutput] = []
         finished: list[Sequence] = []
         for seq, entry in zip(scheduled.seqs, scheduled.batch.seqs, strict=True):
-            seq.num_computed += entry.num_new
-            if seq.num_computed >= (seq.num_cached_blocks + 1) * block_size:
-                self.block_manager.cache_full_blocks(seq)
-            if not entry.sample:
+            column = next(columns) if entry.sample else None
+            # finished meanwhile: aborted, or stopped by the step before (async) and this token is extra
+            if seq.status is _FINISHED:
+                continue
+            if column is None:
+                self._cache_blocks(seq)
                 continue  # a prompt chunk short of the prompt's end produces no token
-            token = next(tokens)
-            seq.token_ids.append(token)
-            reason = self._finish_reason(seq, token)
-            if reason is not None:
-                seq.finish_reason = reason
+            params = entry.sampling
+            num_before = entry.num_outputs
+            if num_steps == 1:
+                tokens = [column]
+            else:
+                tokens = list(column[: params.max_tokens - num_before])
+            num_kept, reason = self._stop(tokens, num_before, params)
+            first = entry.num_computed + entry.num_new  # where this step's placeholders start
+            token_ids = seq.token_ids
+            if num_kept == 1:
+                token_ids[first] = tokens[0]
+            else:
+                token_ids[first : first + num_kept] = tokens[:num_kept]
+            if reason is None:
+                seq.num_pending -= num_kept
+                self._cache_blocks(seq)
+            else:
+                del tokens[num_kept:]
+                self._finish(seq, first + num_kept, reason)
                 finished.append(seq)
             # positional: half the cost of keywords, which shows at hundreds of outputs per step
             outputs.append(
                 RequestOutput(
                     seq.request_id,
-                    [token],
+                    tokens,
                     reason is not None,  # finished
                     reason,
                     None,  # error
@@ -57,13 +79,35 @@ class OutputProcessor:
             self.scheduler.finish(finished)
         return outputs, finished
 
-    def _finish_reason(self, seq: Sequence, token: int) -> FinishReason | None:
-        params = seq.params
-        num_outputs = len(seq.token_ids) - seq.num_prompt_tokens
-        if num_outputs >= params.min_tokens and (
-            (token == self.eos_token_id and not params.ignore_eos) or token in params.stop_token_ids
-        ):
-            return FinishReason.STOP
-        if num_outputs >= params.max_tokens:
-            return FinishReason.LENGTH
-        return None
+    def _stop(
+        self, tokens: list[int], num_before: int, params: SamplingParams
+    ) -> tuple[int, FinishReason | None]:
+        """How many of `tokens` (consecutive outputs after num_before others) are kept, and why the
+        sequence finished after them, if it did."""
+        eos = None if params.ignore_eos else self.eos_token_id
+        stop_ids = params.stop_token_ids
+        if eos in tokens or (stop_ids and not set(stop_ids).isdisjoint(tokens)):
+            for i, token in enumerate(tokens):
+                if (token == eos or token in stop_ids) and num_before + i + 1 >= params.min_tokens:
+                    return i + 1, FinishReason.STOP
+        if num_before + len(tokens) >= params.max_tokens:
+            return len(tokens), FinishReason.LENGTH
+        return len(tokens), None
+
+    def _finish(self, seq: Sequence, num_tokens: int, reason: FinishReason) -> None:
+        """Drop the tokens after the stop (the window's rest, and the next step's if in flight)."""
+        del seq.token_ids[num_tokens:]
+        seq.num_pending = 0
+        seq.finish_reason = reason
+        if seq.status is _RUNNING:
+            seq.num_computed = num_tokens - 1  # the forwards past the stop computed nothing kept
+            self._cache_blocks(seq)
+
+    def _cache_blocks(self, seq: Sequence) -> None:
+        """Offer the blocks that became full to the prefix cache; only tokens read back count, since
+        a block's hash covers its tokens."""
+        if seq.status is not _RUNNING:
+            return  # preempted while this step was in flight: its blocks are gone
+        num_known = min(seq.num_computed, len(seq.token_ids) - seq.num_pending)
+        if num_known >= (seq.num_cached_blocks + 1) * self.block_manager.block_size:
+            self.block_manager.cache_full_blocks(seq, num_known)

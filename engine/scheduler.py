@@ -1,7 +1,12 @@
 """Continuous batching: each step is a token budget spread over requests. Running sequences come
 first (a decode is one token, an unfinished prompt continues with its next chunk), then waiting
 ones are admitted while blocks, budget and the sequence limit allow. When blocks run out, the
-newest running sequence is preempted and later recomputed from its tokens so far."""
+newest running sequence is preempted and later recomputed from its tokens so far.
+
+A step is scheduled before the previous one's tokens are read back (async output): `advance` moves
+each scheduled sequence on with placeholder tokens, which output processing fills in later. With
+multi-step scheduling, decode-only steps run num_scheduler_steps forwards, with KV blocks reserved
+that far ahead."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ class SchedulerOutput:
     batch: ScheduledBatch
     seqs: list[Sequence]  # the engine-side sequence of each entry of batch.seqs, same order
     num_preempted: int
+    num_tokens: int = 0  # token rows so far, while scheduling
 
 
 class Scheduler:
@@ -27,6 +33,7 @@ class Scheduler:
         self.max_num_seqs = config.max_num_seqs
         self.max_num_batched_tokens = config.max_num_batched_tokens
         self.chunked_prefill = config.chunked_prefill
+        self.lookahead = config.num_scheduler_steps - 1  # extra decode tokens reserved per schedule
         self.block_manager = block_manager
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: the last one is preempted first
@@ -52,16 +59,30 @@ class Scheduler:
             if not out.seqs:
                 self._schedule_running(out, budget)
         out.num_preempted = self.num_preemptions - preempted_before
+        if self.lookahead and out.seqs and out.batch.is_decode_only:
+            out.batch.num_steps = self.lookahead + 1
         return out
+
+    def kv_tokens_needed(self, max_len: int) -> int:
+        """KV slots a sequence of max_len tokens may occupy. The last token never enters the cache,
+        but a multi-step window may run one forward past it (its output is dropped)."""
+        return min(max_len - 1 + self.lookahead, max_len)
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         running = self.running
         block_size = self.block_manager.block_size
         i = 0
+        lookahead = self.lookahead
         while i < len(running) and budget > 0:
             seq = running[i]
-            num_new = min(len(seq.token_ids) - seq.num_computed, budget)
+            num_tokens = len(seq.token_ids)
+            if num_tokens >= seq.max_len:
+                i += 1
+                continue  # every output is scheduled (async): it finishes once they are read back
+            num_new = min(num_tokens - seq.num_computed, budget)
             num_tokens = seq.num_computed + num_new
+            if num_new == 1 and lookahead:
+                num_tokens = min(num_tokens + lookahead, seq.max_len)
             # most decodes still fit in their last block and skip the block manager
             if num_tokens > len(seq.block_table) * block_size and not self._allocate_or_preempt(
                 seq, num_tokens
@@ -111,10 +132,36 @@ class Scheduler:
             _add(out, seq, num_new)
             budget -= num_new
 
+    def advance(self, out: SchedulerOutput) -> None:
+        """Move the scheduled sequences past this step before its tokens are known: the computed
+        count grows and each token to be sampled gets a placeholder, so the next step can be
+        scheduled at once. Output processing fills the placeholders in."""
+        num_steps = out.batch.num_steps
+        col = 0
+        for seq, entry in zip(out.seqs, out.batch.seqs, strict=True):
+            if not entry.sample:
+                seq.num_computed += entry.num_new
+                continue
+            if num_steps == 1:
+                seq.num_computed += entry.num_new
+                seq.token_ids.append(_PLACEHOLDER)
+                seq.num_pending += 1
+            else:
+                # never more placeholders than outputs left: the window's later forwards are dropped
+                num_sampled = min(num_steps, entry.sampling.max_tokens - entry.num_outputs)
+                seq.num_computed += entry.num_new + num_sampled - 1
+                seq.token_ids += [_PLACEHOLDER] * num_sampled
+                seq.num_pending += num_sampled
+            seq.pending_col = col
+            col += 1
+
     def finish(self, seqs: list[Sequence]) -> None:
-        """Release finished sequences' blocks and drop them from the running list."""
+        """Release finished sequences' blocks and drop them from the running (or, when preempted
+        while their last step was in flight, the waiting) list."""
         for seq in seqs:
             self.block_manager.free(seq)
+            if seq.status is SequenceStatus.WAITING:
+                self.waiting.remove(seq)
             seq.status = SequenceStatus.FINISHED
         self.running = [seq for seq in self.running if seq.status is SequenceStatus.RUNNING]
 
@@ -127,8 +174,16 @@ class Scheduler:
         seq.status = SequenceStatus.FINISHED
 
 
+_PLACEHOLDER = 0  # any valid token id: the model runner overwrites it on the device
+
+
 def _add(out: SchedulerOutput, seq: Sequence, num_new: int) -> None:
     num_tokens = len(seq.token_ids)
+    if seq.num_pending:
+        # a decode whose input token was sampled by the step still in flight
+        out.batch.feed_rows.append(out.num_tokens)
+        out.batch.feed_cols.append(seq.pending_col)
+    out.num_tokens += num_new
     # positional: half the cost of keywords, which shows at hundreds of sequences per step
     entry = ScheduledSeq(
         seq.seq_id,

@@ -27,6 +27,8 @@ class Sequence:
         "block_hashes",
         "num_cached_blocks",
         "num_cached_tokens",
+        "num_pending",
+        "pending_col",
         "t_scheduled",
         "status",
         "finish_reason",
@@ -51,6 +53,9 @@ class Sequence:
         self.block_hashes: list[int] = []  # chained hash of each full block, kept across preemption
         self.num_cached_blocks = 0  # leading full blocks already offered to the prefix cache
         self.num_cached_tokens = 0  # prompt tokens served from the prefix cache on first admission
+        # trailing token_ids that are placeholders: scheduled, sampled on the device, not yet read back
+        self.num_pending = 0
+        self.pending_col = 0  # this sequence's column in the sampled tokens of the step in flight
         self.t_scheduled: float | None = None
         self.status = SequenceStatus.WAITING
         self.finish_reason: FinishReason | None = None
@@ -66,6 +71,11 @@ class Sequence:
     @property
     def output_token_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def known_output_ids(self) -> list[int]:
+        """Outputs read back so far, placeholders left out."""
+        return self.token_ids[self.num_prompt_tokens : len(self.token_ids) - self.num_pending]
 
     @property
     def max_len(self) -> int:

@@ -1,10 +1,13 @@
 """Per-step measurements. One StepRecord per engine step; its fields are the columns of steps.csv,
-so they stay flat scalars. Host phases are timed with perf_counter laps, a handful per step."""
+so they stay flat scalars. Host phases are timed with perf_counter laps, a handful per step; GPU
+time with CUDA events recorded on the stream and read once they have fired, never forcing a sync."""
 
 from __future__ import annotations
 
 import math
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.nvtx_ranges import NvtxRanges
@@ -29,7 +32,10 @@ class StepRecord:
     sample_ms: float  # includes the token readback, the step's one host sync
     output_ms: float
     ipc_ms: float = 0.0
+    # the step's device work, first kernel to last (CUDA only; NaN elsewhere)
     gpu_ms: float = math.nan
+    gpu_start: float = math.nan  # perf_counter seconds
+    gpu_end: float = math.nan
 
 
 class PhaseClock:
@@ -57,3 +63,70 @@ class PhaseClock:
             else:
                 self._ranges.push(next_phase)
         return elapsed
+
+
+class GpuSpan:
+    """Start and end events around one step's device work; reused through GpuTimer's ring."""
+
+    __slots__ = ("start", "end")
+
+    def __init__(self, new_event: Callable[[], object]):
+        self.start = new_event()
+        self.end = new_event()
+
+
+class GpuTimer:
+    """Fills StepRecord.gpu_* from events recorded on the current stream. Events wait in a small ring
+    until they have fired (`query`), so reading them never stalls the host. Event times become host
+    times through one anchor: an event recorded and synchronized once, at construction, paired with
+    perf_counter then; afterwards t(event) = anchor_host + elapsed(anchor, event)."""
+
+    def __init__(
+        self,
+        ring_size: int = 64,
+        new_event: Callable[[], object] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        if new_event is None:
+            import torch
+
+            def new_event() -> object:
+                return torch.cuda.Event(enable_timing=True)
+
+        self._free = [GpuSpan(new_event) for _ in range(ring_size)]
+        self._waiting: deque[tuple[GpuSpan, StepRecord]] = deque()
+        self._anchor = new_event()
+        self._anchor.record()
+        self._anchor.synchronize()
+        self._anchor_host = clock()
+
+    def start(self) -> GpuSpan:
+        """Record the start of a step's device work (before its first kernel)."""
+        if not self._free:
+            self._resolve_oldest()  # ring full: wait for the oldest, long since launched
+        span = self._free.pop()
+        span.start.record()
+        return span
+
+    def stop(self, span: GpuSpan) -> None:
+        span.end.record()
+
+    def track(self, span: GpuSpan, record: StepRecord) -> None:
+        """Fill `record` from `span` once its events have fired; resolve those that have already."""
+        self._waiting.append((span, record))
+        self.resolve()
+
+    def resolve(self, wait: bool = False) -> None:
+        """Fill the records whose events have fired, in order; with wait, all of them."""
+        while self._waiting and (wait or self._waiting[0][0].end.query()):
+            self._resolve_oldest()
+
+    def _resolve_oldest(self) -> None:
+        span, record = self._waiting.popleft()
+        span.end.synchronize()
+        start_ms = self._anchor.elapsed_time(span.start)
+        end_ms = self._anchor.elapsed_time(span.end)
+        record.gpu_start = self._anchor_host + start_ms / 1e3
+        record.gpu_end = self._anchor_host + end_ms / 1e3
+        record.gpu_ms = end_ms - start_ms
+        self._free.append(span)

@@ -79,7 +79,7 @@ engine = LLMEngine(EngineConfig(model=ModelConfig(preset="tiny", executor="null"
 engine.add_request("a", [1, 2, 3], SamplingParams(max_tokens=2, ignore_eos=True))
 while engine.has_unfinished():
     engine.step()
-engine.step()  # nothing scheduled: schedule then output
+engine.step()  # nothing scheduled: empty prepare and sample phases
 """
 
 
@@ -98,7 +98,7 @@ def test_engine_steps_become_nvtx_ranges(tmp_path):
     assert record.read_text().splitlines() == [
         *["push step 0", "push schedule", "pop", *phases],  # prefill
         *["push step 1", "push schedule", "pop", *phases],  # decode, the request finishes
-        *["push step 2", "push schedule", "pop", "push output", "pop", "pop"],  # empty step
+        *["push step 2", "push schedule", "pop", *phases],  # empty step
     ]
 
 
