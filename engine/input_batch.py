@@ -106,17 +106,43 @@ def prepare_inputs(batch: ScheduledBatch, block_size: int, device: torch.device)
     return InputBuffers(block_size, device, capacity=1).prepare(batch)
 
 
-def advance_decode(inputs: ModelInput, sampled: torch.Tensor, block_size: int) -> ModelInput:
+def advance_decode(
+    inputs: ModelInput, sampled: torch.Tensor, block_size: int, last_positions: torch.Tensor
+) -> ModelInput:
     """The next forward of a multi-step decode batch, built on the device from the tokens just sampled:
-    every sequence moves one position on (its block table already covers the extra tokens)."""
+    every sequence moves one position on (its block table already covers the extra tokens), but never
+    past last_positions, its final output's position: a sequence that reaches max_tokens inside the
+    window repeats that slot, whose tokens are dropped, instead of running past its reserved blocks."""
     attn = inputs.attn
-    positions = inputs.positions + 1
+    positions = torch.minimum(inputs.positions + 1, last_positions)
     seq_index = torch.arange(positions.shape[0], device=positions.device)
     next_attn = AttentionMetadata(
         slot_mapping=slot_mapping(attn.block_tables, seq_index, positions, block_size),
         block_tables=attn.block_tables,
-        seq_lens=attn.seq_lens + 1,
+        seq_lens=(positions + 1).to(attn.seq_lens.dtype),
         query_start_loc=attn.query_start_loc,
         decode_only=True,
     )
     return ModelInput(sampled, positions, next_attn, inputs.sample_rows)
+
+
+def last_positions(batch: ScheduledBatch, inputs: ModelInput) -> torch.Tensor:
+    """Multi-step: the position of each sequence's last possible output (prompt + max_tokens - 1)."""
+    values = [s.seq_len - s.num_outputs + s.sampling.max_tokens - 1 for s in batch.seqs]
+    return _send(values, inputs.positions)
+
+
+def feed_sampled(batch: ScheduledBatch, inputs: ModelInput) -> None:
+    """Async output: the decodes whose input token was still unknown at scheduling take it from
+    the sampled tokens of the step before, on the device, without a host round trip."""
+    index = _send([batch.feed_rows, batch.feed_cols], inputs.input_ids).long()
+    rows, cols = index
+    inputs.input_ids[rows] = batch.feed_tokens[-1, cols].to(inputs.input_ids.dtype)
+
+
+def _send(values: list, like: torch.Tensor) -> torch.Tensor:
+    """A small host list on like's device and dtype; pinned on CUDA so the copy never blocks."""
+    host = torch.tensor(values, dtype=like.dtype)
+    if like.is_cuda:
+        host = host.pin_memory()
+    return host.to(like.device, non_blocking=True)

@@ -11,7 +11,7 @@ import torch
 from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.config import EngineConfig
 from engine.cuda_graphs import DecodeGraphs, graph_bucket
-from engine.input_batch import InputBuffers, advance_decode
+from engine.input_batch import InputBuffers, advance_decode, feed_sampled, last_positions
 from engine.loader import load_model, resolve_device
 from engine.models.llama import KVCache
 from engine.nvtx_ranges import nvtx_ranges, phase_range
@@ -76,11 +76,14 @@ class ModelRunner:
         single sync of the step."""
         sampled_seqs = [s for s in batch.seqs if s.sample]
         inputs = self.inputs.prepare(batch)
+        if batch.feed_rows:
+            feed_sampled(batch, inputs)
+        limits = last_positions(batch, inputs) if batch.num_steps > 1 else None
         use_graphs = self.graphs is not None and self.graphs.handles(batch)
         tokens = []
         for step in range(batch.num_steps):
             if step:
-                inputs = advance_decode(inputs, tokens[-1], self.block_size)
+                inputs = advance_decode(inputs, tokens[-1], self.block_size, limits)
             with self._forward_range:
                 if use_graphs:
                     logits = self.graphs.run(inputs)
