@@ -87,6 +87,8 @@ class WorkloadConfig:
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
     temperature: float = bounded(0.0, ge=0)
     ignore_eos: bool = True  # benchmarks want the requested output lengths, not the model's whims
+    # a request unfinished this long after its submit is aborted and counted as failed
+    request_timeout_s: float | None = bounded(None, gt=0)
 
 
 @dataclass
@@ -108,17 +110,30 @@ class OutputConfig:
     save_tokens: bool = False
     percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 95.0, 99.0])
     report: bool = True  # render the HTML report after the run
+    # stop a trial once its failed share is certain to exceed this (failed > rate x num_requests)
+    max_error_rate: float | None = bounded(None, ge=0)
 
     def __post_init__(self) -> None:
         bad = [p for p in self.percentiles if not 0 < p <= 100]
         if bad or not self.percentiles:
             raise ConfigError("percentiles", f"expected a non-empty list of numbers in (0, 100], got {bad}")
+        if self.max_error_rate is not None and self.max_error_rate > 1:
+            raise ConfigError("max_error_rate", f"expected a number in [0, 1], got {self.max_error_rate:g}")
 
 
 @dataclass
 class BackendConfig:
     type: Literal["bundled", "hf"] = "bundled"
     batch_size: int | None = bounded(None, ge=1)  # hf static batch; defaults to engine.max_num_seqs
+
+
+@dataclass
+class HardwareConfig:
+    """Peak figures MBU and MFU are judged against; unset: H200 defaults (4,200 GB/s, 784 TFLOP/s).
+    `llmbench env --bandwidth` measures the copy bandwidth of the machine at hand."""
+
+    peak_bandwidth_gb_s: float | None = bounded(None, gt=0)
+    peak_tflops: float | None = bounded(None, gt=0)
 
 
 @dataclass
@@ -130,6 +145,7 @@ class RunConfig:
     slo: SloConfig = field(default_factory=SloConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
 
     def __post_init__(self) -> None:
         # the YAML keeps `model` top-level; the engine receives it inside its own config

@@ -7,7 +7,6 @@ from the first submit to the last completion. Warm-up and failed requests are le
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,9 +14,9 @@ import numpy as np
 
 from llmbench.config import SloConfig
 from llmbench.results import RequestRecord
+from llmbench.step_stats import summarize_steps as summarize_steps  # re-exported: callers predate step_stats
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
-_CPU_PHASES = ("schedule_ms", "prepare_ms", "sample_ms", "output_ms", "ipc_ms")
 
 
 def compute_metrics(
@@ -85,21 +84,6 @@ def median_over_trials(trials: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if values and all(isinstance(t[key], int) for t in trials if t.get(key) is not None):
             merged[key] = int(round(merged[key]))
     return merged
-
-
-def summarize_steps(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Headline numbers of steps.csv: step count, mean step wall time, mean host CPU time per step."""
-    if not rows:
-        return {"num_steps": 0, "mean_step_ms": None, "mean_cpu_ms_per_step": None, "mean_gpu_ms": None}
-    step_ms = [(r["t_end"] - r["t_start"]) * 1000 for r in rows]
-    cpu_ms = [sum(r.get(k, 0.0) for k in _CPU_PHASES) for r in rows]
-    gpu_ms = [r["gpu_ms"] for r in rows if isinstance(r.get("gpu_ms"), float) and not math.isnan(r["gpu_ms"])]
-    return {
-        "num_steps": len(rows),
-        "mean_step_ms": float(np.mean(step_ms)),
-        "mean_cpu_ms_per_step": float(np.mean(cpu_ms)),
-        "mean_gpu_ms": float(np.mean(gpu_ms)) if gpu_ms else None,
-    }
 
 
 def _rate(count: float, duration: float) -> float:

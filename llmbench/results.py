@@ -17,7 +17,10 @@ from typing import Any
 
 import yaml
 
+from llmbench.step_stats import StepCosts, derived_columns
+
 SCHEMA_VERSION = 1
+_STEP_TIMES = ("t_start", "t_end", "gpu_start", "gpu_end")  # perf_counter seconds in StepRecords
 
 
 @dataclass
@@ -81,24 +84,28 @@ class ResultWriter:
         self._requests = open(self.run_dir / "requests.jsonl", "w")
         self._steps_file = open(self.run_dir / "steps.csv", "w", newline="")
         self._steps: csv.DictWriter | None = None
+        self._costs = StepCosts.from_run_config(config)
 
     def add_request(self, record: RequestRecord) -> None:
         self._requests.write(record.to_json(self.save_tokens) + "\n")
         self._requests.flush()
 
     def add_steps(self, step_records: list, trial: int) -> None:
-        """Append engine StepRecords, with their perf_counter times made relative to the run start."""
+        """Append engine StepRecords, with their perf_counter times made relative to the run start,
+        and the derived per-step columns (CPU ms, MBU, MFU)."""
         if not step_records:
             return
         if self._steps is None:
             names = ["trial"] + [f.name for f in dataclasses.fields(step_records[0])]
+            names += list(derived_columns({}, None))
             self._steps = csv.DictWriter(self._steps_file, fieldnames=names)
             self._steps.writeheader()
         for record in step_records:
             row = dataclasses.asdict(record)
-            row["t_start"] -= self.run_start
-            row["t_end"] -= self.run_start
-            self._steps.writerow({"trial": trial, **row})
+            for key in _STEP_TIMES:
+                if key in row:
+                    row[key] -= self.run_start
+            self._steps.writerow({"trial": trial, **row, **derived_columns(row, self._costs)})
         self._steps_file.flush()
 
     def write_summary(self, summary: dict[str, Any]) -> None:

@@ -36,6 +36,11 @@ class RunResult:
     run_dir: Path
     summary: dict[str, Any]
     interrupted: bool = False
+    stopped: str | None = None  # why the run stopped early (output.max_error_rate)
+
+
+class RunStopped(RuntimeError):
+    """A trial's failures passed output.max_error_rate: the run stops, keeping what it measured."""
 
 
 @dataclass
@@ -58,9 +63,11 @@ def run_benchmark(
     repeat: int = 1,
     backend: Backend | None = None,
     progress: RunProgress | None = None,
+    check: bool = False,
 ) -> RunResult:
     """Run the warm-up, then `repeat` timed trials. Trial k uses workload seed + k, so trials are
-    independent samples and none finds an identical earlier trial in the prefix cache."""
+    independent samples and none finds an identical earlier trial in the prefix cache. With `check`,
+    a finished run asserts that the backend holds no request and no KV block (AssertionError)."""
     backend = backend or make_backend(config)
     try:
         workloads = [build_workload(config, backend.model_info, trial=k) for k in range(repeat)]
@@ -70,12 +77,16 @@ def run_benchmark(
         state = _RunState(backend, writer, config, progress, run_start, window=window_from_env())
         trial_metrics: list[dict[str, Any]] = []
         complete = interrupted = False
+        stopped = None
         try:
             _run_trials(state, workloads, trial_metrics)
             complete = True
         except KeyboardInterrupt:
             interrupted = True
             logger.warning("interrupted: writing partial results")
+        except RunStopped as e:
+            stopped = str(e)
+            logger.error("stopped: %s", stopped)
         finally:
             if state.window is not None:
                 state.window.close()
@@ -86,11 +97,15 @@ def run_benchmark(
                 config=config.to_dict(),
                 environment=collect_environment(),
                 trials=trial_metrics,
-                steps=summarize_steps(state.step_rows),
+                steps=summarize_steps(state.step_rows, config.to_dict()),
             )
+            if stopped:
+                summary["stop_reason"] = stopped
             writer.write_summary(summary)
             writer.close()
-        return RunResult(Path(run_dir), summary, interrupted)
+        if check and complete:
+            backend.check_empty()
+        return RunResult(Path(run_dir), summary, interrupted, stopped)
     finally:
         backend.close()
 
@@ -118,6 +133,9 @@ def _run_phase(
 ) -> None:
     backend = state.backend
     limit = state.config.workload.max_concurrency
+    timeout = state.config.workload.request_timeout_s
+    max_error_rate = None if warmup else state.config.output.max_error_rate
+    failed = aborted = 0
     pending = deque(requests)
     live: dict[str, RequestRecord] = {}  # by backend request id
     if state.progress:
@@ -154,11 +172,23 @@ def _run_phase(
                 if output.finished:
                     del live[output.request_id]
                     _finish(state, record)
+                    failed += not record.succeeded
+            if timeout is not None:
+                overdue = _abort_overdue(state, live, arrival - state.run_start - timeout, timeout)
+                failed += overdue
+                aborted += overdue
+            if max_error_rate is not None and failed > max_error_rate * len(requests):
+                raise RunStopped(
+                    f"{label}: {failed} of {len(requests)} requests failed, over "
+                    f"output.max_error_rate={max_error_rate:g}"
+                )
             if was_full and len(live) < limit:
                 slot_opened = arrival
             if arrival - last_flush > STEP_FLUSH_INTERVAL_S:
                 _flush_steps(state, trial, warmup)
                 last_flush = arrival
+        if aborted:
+            _drain(backend)
         _flush_steps(state, trial, warmup)
     except BaseException:
         # keep what the unfinished requests got so far; their finish_reason stays None
@@ -201,6 +231,24 @@ def _record_output(record: RequestRecord, output: RequestOutput, arrival: float,
     if output.finished:
         record.finish_reason = output.finish_reason.value if output.finish_reason else None
         record.error = output.error
+
+
+def _abort_overdue(state: _RunState, live: dict[str, RequestRecord], cutoff: float, timeout: float) -> int:
+    """Abort and record as failed every live request submitted before `cutoff` (run-relative)."""
+    overdue = [backend_id for backend_id, record in live.items() if record.submit_time < cutoff]
+    for backend_id in overdue:
+        state.backend.abort(backend_id)
+        record = live.pop(backend_id)
+        record.finish_reason = "timeout"
+        record.error = f"not finished within workload.request_timeout_s={timeout:g}"
+        _finish(state, record)
+    return len(overdue)
+
+
+def _drain(backend: Backend) -> None:
+    """Step until timed-out requests have left the backend, so the next phase starts from an empty one."""
+    while backend.has_unfinished():
+        backend.poll()
 
 
 def _finish(state: _RunState, record: RequestRecord) -> None:

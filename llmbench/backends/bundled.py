@@ -1,7 +1,10 @@
-"""The bundled engine, in-process: each poll() is one engine step."""
+"""The bundled engine: in-process, each poll() is one engine step; split (engine.process_split), the
+core steps in its own process and poll() hands over what it produced meanwhile."""
 
 from __future__ import annotations
 
+from engine.check import assert_engine_empty
+from engine.core_client import EngineCoreClient
 from engine.llm_engine import LLMEngine
 from engine.request import RequestOutput, SamplingParams
 from llmbench.backends import ModelInfo
@@ -10,7 +13,9 @@ from llmbench.config import RunConfig
 
 class BundledBackend:
     def start(self, config: RunConfig) -> None:
-        self.engine = LLMEngine(config.engine)
+        self.engine = (
+            EngineCoreClient(config.engine) if config.engine.process_split else LLMEngine(config.engine)
+        )
         shape = self.engine.executor.shape
         specials = tuple(t for t in (shape.bos_token_id, shape.eos_token_id) if t >= 0)
         self.model_info = ModelInfo(
@@ -25,6 +30,15 @@ class BundledBackend:
 
     def poll(self) -> list[RequestOutput]:
         return self.engine.step()
+
+    def abort(self, request_id: str) -> None:
+        self.engine.abort(request_id)
+
+    def check_empty(self) -> None:
+        if isinstance(self.engine, LLMEngine):
+            assert_engine_empty(self.engine)
+        else:  # split: the KV pool lives in the core's process; from here only requests are visible
+            assert not self.engine.has_unfinished(), "the engine core still holds requests"
 
     def has_unfinished(self) -> bool:
         return self.engine.has_unfinished()

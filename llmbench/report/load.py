@@ -154,7 +154,7 @@ def _rebuild_summary(
         complete=False,
         config=config,
         metrics=median_over_trials(trials) if trials else compute_metrics([], percentiles, slo),
-        steps=summarize_steps(steps.to_dict("records") if steps is not None else []),
+        steps=summarize_steps(steps.to_dict("records") if steps is not None else [], config),
     )
     if len(trials) > 1:
         rebuilt["trials"] = trials

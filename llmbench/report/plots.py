@@ -130,7 +130,7 @@ def gpu_busy(runs: list[RunData], out_dir: Path) -> Path | None:
 def utilization(runs: list[RunData], out_dir: Path) -> Path | None:
     """MBU and MFU per step, when the step log carries them."""
     columns = ("mbu", "mfu")
-    with_util = [r for r in runs if r.steps is not None and any(c in r.steps for c in columns)]
+    with_util = [r for r in runs if r.steps is not None and any(_has_values(r.steps, c) for c in columns)]
     if not with_util:
         return None
     fig = Figure(figsize=(11, 3.5), layout="constrained")
@@ -144,6 +144,10 @@ def utilization(runs: list[RunData], out_dir: Path) -> Path | None:
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     return _save(fig, out_dir / "utilization.png")
+
+
+def _has_values(steps: pd.DataFrame, column: str) -> bool:
+    return column in steps and bool(steps[column].notna().any())
 
 
 def _waterfall_bottoms(variants: list[dict], values: list[float]) -> list[float]:

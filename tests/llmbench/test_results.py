@@ -84,7 +84,8 @@ def test_requests_jsonl_schema(run_dir):
 def test_steps_csv_schema(run_dir):
     with open(run_dir / "steps.csv") as f:
         header = next(csv.reader(f))
-    assert header == ["trial"] + [field.name for field in dataclasses.fields(StepRecord)]
+    derived = ["cpu_ms", "mbu", "mfu"]  # llmbench.step_stats.derived_columns
+    assert header == ["trial"] + [field.name for field in dataclasses.fields(StepRecord)] + derived
     rows = load_steps(run_dir)
     assert len(rows) == load_summary(run_dir)["steps"]["num_steps"]
     # relative to the run start, like the request times; warm-up steps are left out

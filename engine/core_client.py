@@ -1,0 +1,168 @@
+"""The frontend of a split engine: LLMEngine's API, with the engine core in a child process
+(engine/core_process.py). Requests and aborts are batched into one message per step() call; step()
+returns whatever outputs the core has produced since, waiting briefly when there are none yet."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+
+import zmq
+
+from engine.config import EngineConfig
+from engine.core_process import ExecutorInfo, output_from_row, record_from_row
+from engine.request import RequestOutput, SamplingParams
+from engine.timing import StepRecord
+
+logger = logging.getLogger(__name__)
+
+POLL_MS = 1  # a step() with nothing to return waits this long for the core
+SHUTDOWN_TIMEOUT_S = 10.0
+
+
+class EngineCoreError(RuntimeError):
+    """The engine core process failed or died; its traceback, when it sent one, is logged."""
+
+
+class EngineCoreClient:
+    def __init__(self, config: EngineConfig):
+        self._dir = tempfile.mkdtemp(prefix="llmbench-core-")
+        self._context = zmq.Context()
+        self._push = self._context.socket(zmq.PUSH)
+        self._pull = self._context.socket(zmq.PULL)
+        inbox, outbox = f"ipc://{self._dir}/in", f"ipc://{self._dir}/out"
+        self._push.bind(inbox)
+        self._pull.bind(outbox)
+        self._commands: list[tuple] = []
+        self._outputs: list[RequestOutput] = []
+        self._records: list[StepRecord] | None = None  # set by a drain's reply
+        self._unfinished: Counter[str] = Counter()  # a duplicate id is live twice until both finish
+        self._closed = False
+        self.executor: ExecutorInfo | None = None
+        # a fresh interpreter, not multiprocessing: nothing of the caller's main module is re-run
+        level = str(logging.getLogger().getEffectiveLevel())
+        command = [sys.executable, "-m", "engine.core_process", inbox, outbox, str(os.getpid()), level]
+        self._process = subprocess.Popen(command)
+        self._exited = os.pidfd_open(self._process.pid)  # readable once the core has exited
+        self._poller = zmq.Poller()
+        self._poller.register(self._pull, zmq.POLLIN)
+        self._poller.register(self._exited, zmq.POLLIN)
+        try:
+            self._push.send(pickle.dumps(config, protocol=5))
+            while self.executor is None:
+                self._receive(timeout_ms=None)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    # requests in
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        arrival_time: float | None = None,
+    ) -> None:
+        arrival_time = time.perf_counter() if arrival_time is None else arrival_time
+        self._commands.append(("add", request_id, prompt_token_ids, params, arrival_time))
+        self._unfinished[request_id] += 1
+
+    def abort(self, request_id: str) -> None:
+        self._commands.append(("abort", request_id))
+
+    def has_unfinished(self) -> bool:
+        return bool(self._unfinished) or bool(self._outputs)
+
+    # outputs back
+
+    def step(self) -> list[RequestOutput]:
+        """The outputs that arrived since the last call (possibly none)."""
+        self._flush()
+        self._receive(timeout_ms=0)
+        if not self._outputs and self._unfinished:
+            self._receive(timeout_ms=POLL_MS)
+        outputs, self._outputs = self._outputs, []
+        return outputs
+
+    def drain_step_records(self) -> list[StepRecord]:
+        """Step records since the last drain: a round trip, answered between two core steps."""
+        self._commands.append(("drain",))
+        self._flush()
+        self._records = None
+        while self._records is None:
+            self._receive(timeout_ms=None)
+        records, self._records = self._records, None
+        return records
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._process.poll() is None:
+            try:
+                self._push.send(pickle.dumps([("shutdown",)], protocol=5), zmq.NOBLOCK)
+                self._process.wait(SHUTDOWN_TIMEOUT_S)
+            except (zmq.ZMQError, subprocess.TimeoutExpired):
+                logger.warning("engine core did not stop in %.0f s: killing it", SHUTDOWN_TIMEOUT_S)
+                self._process.kill()
+                self._process.wait()
+        os.close(self._exited)
+        self._push.close(linger=0)
+        self._pull.close(linger=0)
+        self._context.term()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    # the pipe
+
+    def _flush(self) -> None:
+        if self._commands:
+            self._push.send(pickle.dumps(self._commands, protocol=5))
+            self._commands = []
+
+    def _receive(self, timeout_ms: int | None) -> None:
+        """Take every message waiting, after waiting up to timeout_ms (None: until one comes) for the
+        first. Raises EngineCoreError when the core sent an error or exited."""
+        if self._closed:
+            raise EngineCoreError("the engine core was shut down")
+        events = dict(self._poller.poll(timeout_ms))
+        if not events:
+            return
+        while True:
+            try:
+                kind, payload = pickle.loads(self._pull.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+            self._handle(kind, payload)
+        if self._exited in events and not self._pull.poll(0):
+            code = self._process.wait()
+            self.shutdown()
+            raise EngineCoreError(f"the engine core process exited unexpectedly (exit code {code})")
+
+    def _handle(self, kind: str, payload: object) -> None:
+        if kind == "outputs":
+            for row in payload:
+                output = output_from_row(row)
+                if output.finished:
+                    self._unfinished[output.request_id] -= 1
+                    if self._unfinished[output.request_id] <= 0:
+                        del self._unfinished[output.request_id]
+                self._outputs.append(output)
+        elif kind == "records":
+            self._records = [record_from_row(row) for row in payload]
+        elif kind == "ready":
+            self.executor = ExecutorInfo(*payload)
+        elif kind == "error":
+            error_type, message, remote_traceback = payload
+            logger.error("engine core traceback:\n%s", remote_traceback)
+            self.shutdown()
+            if self.executor is None and error_type == "ValueError":
+                raise ValueError(message)  # unusable model settings: the same error as in-process
+            raise EngineCoreError(f"the engine core process failed: {error_type}: {message}")

@@ -1,0 +1,163 @@
+"""The engine core in a process of its own (engine.process_split): it owns the LLMEngine and steps it
+in a busy loop while work exists, so scheduling and output processing never wait for the frontend's
+GIL. Frontend and core talk over two ZeroMQ PUSH/PULL pipes on ipc:// sockets, one pickle (protocol 5)
+of plain tuples per message.
+
+frontend -> core: the EngineConfig first, then a list of commands per message:
+    ("add", id, prompt, params, arrival_time), ("abort", id), ("drain",), ("shutdown",)
+core -> frontend: ("ready", ExecutorInfo fields) once, ("outputs", [row, ...]) after every step that
+    produced any, ("records", [row, ...]) answering a drain, ("error", (type, message, traceback))"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from engine.config import EngineConfig
+from engine.models.llama import LlamaShape
+from engine.request import RequestOutput
+from engine.timing import StepRecord
+
+IDLE_POLL_MS = 100  # an idle core wakes this often to check that its parent is alive
+PARENT_CHECK_S = 1.0  # a busy core checks its parent at most this often
+
+_OUTPUT_FIELDS = tuple(f.name for f in dataclasses.fields(RequestOutput))
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))
+
+
+@dataclass(frozen=True)
+class ExecutorInfo:
+    """What the frontend needs of the executor living in the core process."""
+
+    shape: LlamaShape
+    max_model_len: int
+    num_blocks: int
+    device: str
+
+
+def pack(kind: str, payload: Any) -> bytes:
+    return pickle.dumps((kind, payload), protocol=5)
+
+
+def output_row(output: RequestOutput) -> tuple:
+    return tuple(getattr(output, name) for name in _OUTPUT_FIELDS)
+
+
+def output_from_row(row: tuple) -> RequestOutput:
+    return RequestOutput(*row)
+
+
+def record_row(record: StepRecord) -> tuple:
+    return tuple(getattr(record, name) for name in _RECORD_FIELDS)
+
+
+def record_from_row(row: tuple) -> StepRecord:
+    return StepRecord(*row)
+
+
+def run_core(inbox: str, outbox: str, parent_pid: int, log_level: int) -> None:
+    """The core process's work; returns on a shutdown command or when the parent is gone."""
+    # Ctrl-C reaches the whole process group: the frontend handles it and shuts the core down
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=log_level, format="engine core: %(message)s")
+    context = zmq.Context()
+    pull = context.socket(zmq.PULL)
+    pull.connect(inbox)
+    push = context.socket(zmq.PUSH)
+    push.connect(outbox)
+    try:
+        config = pickle.loads(pull.recv())
+        _CoreLoop(config, pull, push, parent_pid).run()
+    except Exception as e:
+        push.send(pack("error", (type(e).__name__, str(e), traceback.format_exc())))
+    finally:
+        pull.close(linger=0)
+        push.close(linger=1000)  # let a last error or reply reach the frontend
+        context.term()
+
+
+class _CoreLoop:
+    def __init__(self, config: EngineConfig, pull: zmq.Socket, push: zmq.Socket, parent_pid: int):
+        from engine.llm_engine import LLMEngine
+
+        self.pull, self.push, self.parent_pid = pull, push, parent_pid
+        self.engine = LLMEngine(config)
+        executor = self.engine.executor
+        # fields as a plain tuple: this module runs as __main__ here, its classes do not unpickle
+        info = (executor.shape, executor.max_model_len, executor.num_blocks, str(executor.device))
+        push.send(pack("ready", info))
+        self.ipc_ms: dict[int, float] = {}  # by step: host time receiving and sending around it
+        self.steps = 0
+        self.running = True
+
+    def run(self) -> None:
+        engine = self.engine
+        last_parent_check = time.perf_counter()
+        try:
+            while self.running:
+                busy = engine.has_unfinished()
+                received_ms = self._receive(wait=not busy)
+                now = time.perf_counter()
+                if not busy or now - last_parent_check > PARENT_CHECK_S:
+                    last_parent_check = now
+                    if os.getppid() != self.parent_pid:
+                        logging.getLogger(__name__).warning("frontend process gone: engine core exits")
+                        return
+                if not engine.has_unfinished():
+                    continue
+                outputs = engine.step()
+                sent = time.perf_counter()
+                if outputs:
+                    self.push.send(pack("outputs", [output_row(o) for o in outputs]), copy=False)
+                self.ipc_ms[self.steps] = received_ms + (time.perf_counter() - sent) * 1e3
+                self.steps += 1
+        finally:
+            engine.shutdown()
+
+    def _receive(self, wait: bool) -> float:
+        """Apply every waiting command; milliseconds spent receiving and decoding them. An idle core
+        blocks here up to IDLE_POLL_MS instead of spinning."""
+        if wait and not self.pull.poll(IDLE_POLL_MS):
+            return 0.0
+        spent = 0.0
+        while True:
+            start = time.perf_counter()
+            try:
+                commands = pickle.loads(self.pull.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                return spent
+            spent += (time.perf_counter() - start) * 1e3
+            for command in commands:
+                self._apply(command)
+
+    def _apply(self, command: tuple) -> None:
+        kind = command[0]
+        if kind == "add":
+            self.engine.add_request(*command[1:])
+        elif kind == "abort":
+            self.engine.abort(command[1])
+        elif kind == "drain":
+            records = self.engine.drain_step_records()
+            for record in records:
+                record.ipc_ms = self.ipc_ms.get(record.step, 0.0)
+            self.ipc_ms.clear()  # every step so far is drained
+            self.push.send(pack("records", [record_row(r) for r in records]))
+        elif kind == "shutdown":
+            self.running = False
+        else:
+            raise ValueError(f"unknown engine core command {kind!r}")
+
+
+if __name__ == "__main__":
+    # started as `python -m engine.core_process INBOX OUTBOX PARENT_PID LOG_LEVEL`
+    run_core(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
