@@ -1,0 +1,196 @@
+"""Multi-step scheduling: N decode forwards per schedule give exactly the tokens of N single steps,
+whatever the window cuts through (stops, max_tokens, min_tokens, preemption, chunked prefill)."""
+
+import random
+
+import pytest
+
+from engine.batch import ScheduledBatch, ScheduledSeq
+from engine.config import EngineConfig, ModelConfig
+from engine.llm_engine import LLMEngine
+from engine.models.llama import PRESETS
+from engine.null_executor import NullExecutor
+from engine.request import FinishReason, RequestOutput, SamplingParams
+
+TINY = PRESETS["tiny"]
+
+
+def null_engine(**overrides) -> LLMEngine:
+    overrides.setdefault("num_gpu_blocks", 256)
+    return LLMEngine(EngineConfig(model=ModelConfig(preset="tiny", executor="null"), **overrides))
+
+
+def model_engine(**overrides) -> LLMEngine:
+    """The tiny preset's random weights, run for real on the CPU."""
+    model = ModelConfig(preset="tiny", device="cpu", dtype="float32", seed=0)
+    overrides.setdefault("num_gpu_blocks", 64)
+    return LLMEngine(EngineConfig(model=model, max_model_len=256, attention_backend="torch", **overrides))
+
+
+def workload(seed: int = 0) -> list[tuple[list[int], SamplingParams]]:
+    """Prompts of assorted lengths, two sharing a prefix; max_tokens rarely a multiple of a window."""
+    rng = random.Random(seed)
+    shared = [rng.randrange(3, TINY.vocab_size) for _ in range(20)]
+    requests = []
+    for i, (length, max_tokens) in enumerate([(5, 13), (30, 1), (12, 7), (3, 21), (17, 2), (40, 9)]):
+        prompt = [rng.randrange(3, TINY.vocab_size) for _ in range(length)]
+        if i in (2, 4):
+            prompt = shared + prompt
+        requests.append((prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
+    return requests
+
+
+def run(
+    engine: LLMEngine, requests: list[tuple[list[int], SamplingParams]]
+) -> dict[str, list[RequestOutput]]:
+    """Every request submitted at once and stepped to the end: each request's outputs, in order."""
+    for i, (prompt, params) in enumerate(requests):
+        engine.add_request(str(i), prompt, params)
+    streams: dict[str, list[RequestOutput]] = {str(i): [] for i in range(len(requests))}
+    for _ in range(1000):
+        if not engine.has_unfinished():
+            break
+        for output in engine.step():
+            streams[output.request_id].append(output)
+    for outputs in streams.values():
+        assert [o.finished for o in outputs] == [False] * (len(outputs) - 1) + [True]
+        assert outputs[-1].error is None, outputs[-1].error
+        # the stream adds up to the final output: nothing after a stop is ever emitted
+        assert [t for o in outputs for t in o.new_token_ids] == outputs[-1].token_ids
+    return streams
+
+
+def results(streams: dict[str, list[RequestOutput]]) -> dict[str, tuple[list[int], FinishReason]]:
+    return {rid: (outputs[-1].token_ids, outputs[-1].finish_reason) for rid, outputs in streams.items()}
+
+
+def with_stops(requests, reference, picks: dict[int, int], min_tokens: int = 0):
+    """The same requests, request i stopping on the token its reference output has at index picks[i]."""
+    stopped = list(requests)
+    for i, index in picks.items():
+        prompt, params = requests[i]
+        stop = reference[str(i)][0][index]
+        stopped[i] = (
+            prompt,
+            SamplingParams(
+                max_tokens=params.max_tokens, ignore_eos=True, stop_token_ids=(stop,), min_tokens=min_tokens
+            ),
+        )
+    return stopped
+
+
+@pytest.mark.parametrize("num_steps", [2, 4, 8])
+def test_null_executor_multi_step_equals_single_step(num_steps):
+    requests = workload()
+    reference = results(run(null_engine(), requests))
+    streams = run(null_engine(num_scheduler_steps=num_steps), requests)
+    assert results(streams) == reference
+    # decodes come in chunks of at most num_steps tokens, prompts' first tokens alone
+    assert all(len(o.new_token_ids) <= num_steps for outputs in streams.values() for o in outputs)
+    assert max(len(o.new_token_ids) for outputs in streams.values() for o in outputs) == min(num_steps, 20)
+    assert all(len(outputs[0].new_token_ids) == 1 for outputs in streams.values())
+
+
+def test_stops_inside_a_window_drop_the_window_rest():
+    requests = workload()
+    reference = results(run(null_engine(), requests))
+    # stops at output 3 (the middle of a 4-token window after the first token) and at output 1
+    stopped = with_stops(requests, reference, {0: 3, 3: 1, 5: 6})
+    single = results(run(null_engine(), stopped))
+    multi = results(run(null_engine(num_scheduler_steps=4), stopped))
+    assert multi == single
+    assert single["0"] == (reference["0"][0][:4], FinishReason.STOP)
+    # min_tokens: a stop token drawn before min_tokens outputs does not stop
+    late = with_stops(requests, reference, {0: 1, 3: 1}, min_tokens=5)
+    single = results(run(null_engine(), late))
+    assert results(run(null_engine(num_scheduler_steps=4), late)) == single
+    assert len(single["0"][0]) >= 5
+
+
+@pytest.mark.parametrize("ignore_eos", [False, True])
+def test_eos_inside_a_window(ignore_eos):
+    params = SamplingParams(max_tokens=11, ignore_eos=ignore_eos)
+    reference = results(run(null_engine(), [([7, 8, 9], params)]))["0"][0]
+    # a twin engine is told that the fourth output is EOS
+    engines = [null_engine(), null_engine(num_scheduler_steps=8)]
+    outcomes = []
+    for engine in engines:
+        engine.output_processor.eos_token_id = reference[3]
+        outcomes.append(results(run(engine, [([7, 8, 9], params)]))["0"])
+    expected = (reference, FinishReason.LENGTH) if ignore_eos else (reference[:4], FinishReason.STOP)
+    assert outcomes == [expected, expected]
+
+
+def test_preemption_and_no_chunking_with_multi_step():
+    requests = workload(1)
+    reference = results(run(null_engine(), requests))
+    tight = null_engine(num_scheduler_steps=4, num_gpu_blocks=16, block_size=4)
+    assert results(run(tight, requests)) == reference
+    assert tight.scheduler.num_preemptions > 0
+    whole = null_engine(num_scheduler_steps=4, chunked_prefill=False, max_num_batched_tokens=32)
+    assert results(run(whole, requests)) == reference
+
+
+def test_decode_only_batches_run_windows_with_blocks_reserved_ahead():
+    engine = null_engine(num_scheduler_steps=4, block_size=4, max_num_batched_tokens=64)
+    engine.add_request("a", [5] * 6, SamplingParams(max_tokens=6, ignore_eos=True))
+    engine.add_request("b", [6] * 3, SamplingParams(max_tokens=20, ignore_eos=True))
+    batches = []
+    execute = engine.executor.execute
+    engine.executor.execute = lambda batch: batches.append(batch) or execute(batch)
+    engine.step()  # both prompts: one forward
+    assert batches[0].num_steps == 1
+    engine.step()  # decodes: a window of 4, blocks for 4 tokens past each sequence's input
+    window = batches[1]
+    assert window.num_steps == 4 and window.is_decode_only
+    a, b = window.seqs
+    assert (a.num_computed, len(a.block_table)) == (6, 3)  # positions 6..9 -> 10 tokens
+    assert (b.num_computed, len(b.block_table)) == (3, 2)  # positions 3..6 -> 7 tokens
+    engine.step()  # a has 1 output left: reserved up to its last output only (12 tokens)
+    assert batches[2].num_steps == 4 and len(batches[2].seqs[0].block_table) == 3
+    while engine.has_unfinished():
+        engine.step()
+
+
+def test_lookahead_needs_one_more_kv_slot_than_a_single_step():
+    assert null_engine().scheduler.kv_tokens_needed(100) == 99
+    assert null_engine(num_scheduler_steps=8).scheduler.kv_tokens_needed(100) == 100
+    # a request filling the pool exactly fits single-step but not with a window running past it
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    single, multi = (
+        null_engine(num_gpu_blocks=2, block_size=4),
+        null_engine(num_gpu_blocks=2, block_size=4, num_scheduler_steps=2),
+    )
+    assert run(single, [([1] * 5, params)])["0"][-1].finish_reason is FinishReason.LENGTH
+    multi.add_request("r", [1] * 5, params)
+    (rejected,) = multi.step()
+    assert rejected.finish_reason is FinishReason.REJECTED and "needs 3 KV blocks" in rejected.error
+
+
+def test_null_executor_window_rows_are_the_single_steps():
+    executor = NullExecutor(EngineConfig(model=ModelConfig(preset="tiny", executor="null")))
+    seqs = [ScheduledSeq(i, [3] * (4 + i), 3 + i, 1, [0, 1], SamplingParams(), True, 1) for i in range(3)]
+    window = executor.execute(ScheduledBatch(seqs, num_steps=3))
+    assert window.shape == (3, 3)
+    for step in range(3):
+        moved = [
+            ScheduledSeq(s.seq_id, s.token_ids, s.num_computed + step, 1, [0, 1], s.sampling, True, 1)
+            for s in seqs
+        ]
+        assert window[step].tolist() == executor.execute(ScheduledBatch(moved))[0].tolist()
+    assert TINY.eos_token_id not in window.flatten().tolist()
+
+
+def test_model_multi_step_equals_single_step_with_stops_and_preemption():
+    """The real forward, inputs advanced on the device: greedy tokens equal single steps, including
+    windows a stop or max_tokens cuts short, chunked prefill and a pool tight enough to preempt."""
+    requests = workload(2)
+    reference = results(run(model_engine(), requests))
+    stopped = with_stops(requests, reference, {0: 5, 3: 2})
+    expected = results(run(model_engine(), stopped))
+    assert expected["0"][1] is FinishReason.STOP
+    multi = model_engine(num_scheduler_steps=4, block_size=4, max_num_batched_tokens=32)
+    assert results(run(multi, stopped)) == expected
+    tight = model_engine(num_scheduler_steps=8, num_gpu_blocks=14, block_size=4)
+    assert results(run(tight, requests)) == reference
+    assert tight.scheduler.num_preemptions > 0
