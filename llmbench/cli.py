@@ -41,6 +41,9 @@ def run(
     out: Annotated[Path | None, typer.Option(help="Run directory (default: results/NAME-TIME)")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="Timed trials; metrics become their median")] = 1,
     no_report: Annotated[bool, typer.Option("--no-report", help="Skip report.html and the plots")] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Fail unless the engine ends empty (no request, no KV block)")
+    ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging")] = False,
 ) -> None:
     """Run a benchmark described by a YAML config and write its results.
@@ -67,7 +70,9 @@ def run(
         raise typer.Exit(130) from None
     try:
         with RunProgress() as progress:
-            result = run_benchmark(cfg, run_dir, repeat=repeat, backend=backend, progress=progress)
+            result = run_benchmark(
+                cfg, run_dir, repeat=repeat, backend=backend, progress=progress, check=check
+            )
     except (ConfigError, WorkloadError) as e:
         raise usage_error(f"{config.name}: {e}") from None
     except Exception:
@@ -81,6 +86,48 @@ def run(
         console.print(f"report: {write_report([result.run_dir], result.run_dir)}", highlight=False)
     if result.interrupted:
         raise typer.Exit(130)
+    if result.stopped:
+        raise typer.Exit(1)
+
+
+@app.command()
+def soak(
+    requests: Annotated[int, typer.Option(min=1, help="Requests to run through each pool")] = 10_000,
+    blocks: Annotated[int, typer.Option(min=1, help="KV blocks of the small, preempting pool")] = 64,
+    seed: Annotated[int, typer.Option(help="Workload and arrival seed")] = 0,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a model.* or engine.* value: key.path=value (repeatable)"),
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Also write the figures as JSON to this file")] = None,
+) -> None:
+    """Preemption soak: the same requests through a KV pool far too small for them, then a large one.
+
+    Exits 1 unless no request is lost or duplicated, no block leaks, and the greedy outputs of both
+    pools are identical. The default model is the null executor (tiny shapes, no forward).
+
+    Example:
+
+        llmbench soak --requests 10000 --blocks 64 --out results/cpu/soak.json
+    """
+    import sys
+
+    from llmbench.results import write_atomic
+    from llmbench.soak import SoakError, run_soak, soak_engine_config, soak_table
+
+    setup_logging()
+    try:
+        config = soak_engine_config(set_ or [], blocks)
+    except (SoakError, ConfigError) as e:
+        raise usage_error(str(e)) from None
+    result = run_soak(config, requests, seed)
+    console.print(soak_table(result))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        data = {"command": " ".join(["llmbench", *sys.argv[1:]]), **result.to_dict()}
+        write_atomic(out, json.dumps(data, indent=2) + "\n")
+        console.print(f"results: {out}", highlight=False)
+    raise typer.Exit(0 if result.passed else 1)
 
 
 @app.command()

@@ -33,6 +33,10 @@ class Backend(Protocol):
 
     def poll(self) -> list[RequestOutput]: ...
 
+    def abort(self, request_id: str) -> None: ...  # the runner has given up on it (timeout)
+
+    def check_empty(self) -> None: ...  # AssertionError if work or resources are left (run --check)
+
     def has_unfinished(self) -> bool: ...
 
     def drain_step_records(self) -> list: ...

@@ -91,6 +91,18 @@ class HFBackend:
     def has_unfinished(self) -> bool:
         return self._num_unfinished > 0
 
+    def abort(self, request_id: str) -> None:
+        # only a queued request can go: generate() cannot drop one row of a running batch
+        with self._work:
+            for item in self._queued:
+                if item[0] == request_id:
+                    self._queued.remove(item)
+                    self._num_unfinished -= 1
+                    return
+
+    def check_empty(self) -> None:
+        assert not self._queued and not self.has_unfinished(), f"{self._num_unfinished} requests unfinished"
+
     def drain_step_records(self) -> list:
         return []  # generate() exposes no per-step breakdown
 

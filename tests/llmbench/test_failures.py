@@ -1,0 +1,137 @@
+"""Failure accounting: a request that errors, is rejected or times out is counted in `failed`, kept in
+requests.jsonl with its error and left out of the latency statistics; the run still writes its results.
+Also the early stop on output.max_error_rate and the --check leak check."""
+
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+import llmbench.backends
+from llmbench.backends.bundled import BundledBackend
+from llmbench.cli import app
+from llmbench.config import parse_config
+from llmbench.metrics import compute_metrics
+from llmbench.results import load_requests, load_summary
+from llmbench.runner import run_benchmark
+from tests.llmbench.conftest import NULL_RUN
+
+# 2 blocks of 16 tokens: any request needing more than 33 tokens is rejected by the engine
+SMALL_POOL = ["engine.num_gpu_blocks=2", "engine.block_size=16"]
+
+
+def run_cli(config_file, out, *args: str):
+    return CliRunner().invoke(app, ["run", str(config_file), "--out", str(out), "--no-report", *args])
+
+
+def sets(overrides: list[str]) -> list[str]:
+    return [arg for item in overrides for arg in ("--set", item)]
+
+
+class SlowBackend(BundledBackend):
+    """Each engine step takes at least `step_s`, as a real forward would."""
+
+    def __init__(self, step_s: float):
+        self.step_s = step_s
+
+    def poll(self):
+        time.sleep(self.step_s)
+        return super().poll()
+
+
+class GhostBackend(BundledBackend):
+    """Adds one long request behind the runner's back: the engine is not empty when the run ends."""
+
+    def submit(self, request_id, prompt_token_ids, params):
+        if not hasattr(self, "ghost"):
+            self.ghost = True
+            self.engine.add_request("ghost", [5, 6, 7], params.__class__(max_tokens=1000, ignore_eos=True))
+        super().submit(request_id, prompt_token_ids, params)
+
+
+def started(backend, overrides: list[str]):
+    config = parse_config(NULL_RUN, overrides)
+    backend.start(config)
+    return config, backend
+
+
+def test_rejected_requests_count_as_failed_and_stay_out_of_latencies(tmp_path, null_config_file):
+    out = tmp_path / "r"
+    result = run_cli(null_config_file, out, *sets(SMALL_POOL + ["workload.num_requests=30"]))
+    assert result.exit_code == 0, result.output
+    summary = load_summary(out)
+    rows = [r for r in load_requests(out) if not r.warmup]
+    rejected = [r for r in rows if r.finish_reason == "rejected"]
+    done = [r for r in rows if r.finish_reason == "length"]
+    assert len(rows) == 30 and len(rejected) + len(done) == 30
+    assert rejected and done, "the pool is sized so that some requests fit and some do not"
+    assert all("KV blocks" in r.error and r.output_len == 0 for r in rejected)
+    assert all(r.prompt_len + r.output_len - 1 <= 32 for r in done)
+    metrics = summary["metrics"]
+    assert summary["complete"] is True
+    assert (metrics["completed"], metrics["failed"]) == (len(done), len(rejected))
+    # the statistics are those of the finished requests alone
+    alone = compute_metrics(done, [50, 90, 95, 99])
+    for key in ("mean_ttft_ms", "p99_e2el_ms", "mean_itl_ms", "total_output_tokens", "duration_s"):
+        assert metrics[key] == pytest.approx(alone[key])
+
+
+def test_timed_out_requests_are_aborted_and_counted_as_failed(tmp_path):
+    timeout = 0.16
+    overrides = ["workload.num_requests=16", "workload.output={dist: fixed, mean: 20}"]
+    overrides.append(f"workload.request_timeout_s={timeout}")
+    config, backend = started(SlowBackend(step_s=0.005), overrides)
+    result = run_benchmark(config, tmp_path, backend=backend, check=True)  # aborted work must not leak
+    rows = [r for r in load_requests(tmp_path) if not r.warmup]
+    timed_out = [r for r in rows if r.finish_reason == "timeout"]
+    done = [r for r in rows if r.finish_reason == "length"]
+    assert len(timed_out) + len(done) == 16
+    # 8 run at once, ~21 steps of >= 5 ms each: the first wave finishes in time, the second cannot
+    assert len(timed_out) == len(done) == 8
+    assert all("request_timeout_s=0.16" in r.error and r.output_len < 20 for r in timed_out)
+    assert all(r.token_times[-1] - r.submit_time < timeout + 0.05 for r in done)
+    metrics = result.summary["metrics"]
+    assert result.summary["complete"] is True
+    assert (metrics["completed"], metrics["failed"]) == (len(done), len(timed_out))
+    assert metrics["max_e2el_ms"] < (timeout + 0.05) * 1000
+
+
+def test_max_error_rate_stops_the_run_and_keeps_its_results(tmp_path, null_config_file):
+    out = tmp_path / "r"
+    overrides = SMALL_POOL + ["workload.num_requests=40", "output.max_error_rate=0.1"]
+    result = run_cli(null_config_file, out, *sets(overrides))
+    assert result.exit_code == 1
+    summary = load_summary(out)
+    assert summary["complete"] is False
+    assert "over output.max_error_rate=0.1" in summary["stop_reason"]
+    rows = [r for r in load_requests(out) if not r.warmup]
+    failed = [r for r in rows if r.finish_reason == "rejected"]
+    unfinished = [r for r in rows if r.finish_reason is None]
+    # past 10% of 40 the run stops, and requests still in flight are written unfinished
+    assert len(failed) > 4 and unfinished
+    assert summary["metrics"]["failed"] == len(rows) - summary["metrics"]["completed"]
+
+
+def test_max_error_rate_above_the_failures_lets_the_run_finish(tmp_path, null_config_file):
+    out = tmp_path / "r"
+    result = run_cli(null_config_file, out, *sets(SMALL_POOL + ["output.max_error_rate=1"]))
+    assert result.exit_code == 0, result.output
+    assert load_summary(out)["complete"] is True
+
+
+def test_check_passes_on_a_clean_run(tmp_path, null_config_file):
+    result = run_cli(null_config_file, tmp_path / "r", "--check")
+    assert result.exit_code == 0, result.output
+    assert load_summary(tmp_path / "r")["complete"] is True
+
+
+def test_check_fails_when_the_engine_keeps_work(tmp_path, monkeypatch, null_config_file):
+    config, backend = started(GhostBackend(), [])
+    with pytest.raises(AssertionError, match="running"):
+        run_benchmark(config, tmp_path / "direct", backend=backend, check=True)
+    monkeypatch.setattr(llmbench.backends, "make_backend", lambda c: started(GhostBackend(), [])[1])
+    result = run_cli(null_config_file, tmp_path / "cli", "--check")
+    assert result.exit_code == 1
+    # the results were written before the check
+    assert load_summary(tmp_path / "cli")["complete"] is True
+    assert run_cli(null_config_file, tmp_path / "unchecked").exit_code == 0
