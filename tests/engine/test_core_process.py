@@ -1,0 +1,140 @@
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from engine.config import EngineConfig, ModelConfig
+from engine.core_client import EngineCoreClient, EngineCoreError
+from engine.llm_engine import LLMEngine
+from engine.request import FinishReason, SamplingParams
+
+TINY = dict(model=ModelConfig(preset="tiny", device="cpu", dtype="float32"), max_num_seqs=8)
+
+
+def run_to_completion(engine, prompts, params):
+    """Token ids per request id, and the finished outputs, stepping through the public API only."""
+    for i, prompt in enumerate(prompts):
+        engine.add_request(str(i), prompt, params)
+    tokens, finished = {}, {}
+    deadline = time.monotonic() + 60
+    while engine.has_unfinished():
+        assert time.monotonic() < deadline, "requests never finished"
+        for output in engine.step():
+            tokens.setdefault(output.request_id, []).extend(output.new_token_ids)
+            if output.finished:
+                finished[output.request_id] = output
+    return tokens, finished
+
+
+def process_gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie nobody has reaped yet (an orphan's new parent may not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.fixture(scope="module")
+def client():
+    core = EngineCoreClient(EngineConfig(**TINY, process_split=True))
+    yield core
+    core.shutdown()
+
+
+def test_split_outputs_equal_in_process_outputs(client):
+    prompts = [[(7 * i + j) % 500 + 3 for j in range(5 + 9 * i)] for i in range(6)]
+    params = SamplingParams(max_tokens=12)
+    split_tokens, split_done = run_to_completion(client, prompts, params)
+    local = LLMEngine(EngineConfig(**TINY))
+    local_tokens, local_done = run_to_completion(local, prompts, params)
+    assert split_tokens == local_tokens and len(split_tokens) == 6
+    assert {k: o.finish_reason for k, o in split_done.items()} == {
+        k: o.finish_reason for k, o in local_done.items()
+    }
+    assert split_done["0"].token_ids == split_tokens["0"]
+
+    records = client.drain_step_records()
+    assert len(records) > 0 and sum(r.num_prefill_tokens for r in records) == sum(map(len, prompts))
+    assert all(r.ipc_ms > 0 for r in records)  # every step's outputs were encoded and sent
+    assert client.drain_step_records() == []
+
+
+def test_abort_and_bad_requests_finish_alone(client):
+    client.add_request("long", list(range(3, 40)), SamplingParams(max_tokens=1000))
+    client.add_request("empty", [], SamplingParams())
+    client.add_request("short", [5, 6, 7], SamplingParams(max_tokens=3))
+    finished = {}
+    while "long" not in finished:
+        for output in client.step():
+            if output.finished:
+                finished[output.request_id] = output
+            elif output.request_id == "long":
+                client.abort("long")
+    assert finished["empty"].finish_reason is FinishReason.ERROR and finished["empty"].error == "empty prompt"
+    assert finished["long"].finish_reason is FinishReason.ABORT
+    assert 0 < len(finished["long"].token_ids) < 1000
+    while client.has_unfinished():
+        for output in client.step():
+            finished[output.request_id] = output
+    assert finished["short"].finish_reason is FinishReason.LENGTH and len(finished["short"].token_ids) == 3
+
+
+def test_shutdown_leaves_no_process():
+    core = EngineCoreClient(EngineConfig(**TINY, process_split=True))
+    pid = core._process.pid
+    assert not process_gone(pid)
+    core.shutdown()
+    assert process_gone(pid)
+    core.shutdown()  # twice is harmless
+
+
+def test_core_exits_when_its_parent_dies(tmp_path):
+    script = textwrap.dedent(
+        """
+        import os
+        from engine.config import EngineConfig, ModelConfig
+        from engine.core_client import EngineCoreClient
+        config = EngineConfig(model=ModelConfig(preset="tiny", device="cpu"), process_split=True)
+        core = EngineCoreClient(config)
+        print(core._process.pid, flush=True)
+        os._exit(0)  # no shutdown: the core is orphaned
+        """
+    )
+    parent = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    pid = int(parent.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while not process_gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process_gone(pid)
+
+
+def test_a_crash_in_the_core_is_reported():
+    core = EngineCoreClient(EngineConfig(**TINY, process_split=True))
+    core.add_request("r", [3, 4, 5], SamplingParams(max_tokens=4))
+    os.kill(core._process.pid, signal.SIGKILL)
+    with pytest.raises(EngineCoreError, match=r"exited unexpectedly \(exit code -9\)"):
+        while True:
+            core.step()
+    core.shutdown()
+
+
+def test_an_exception_in_the_core_is_raised_in_the_frontend():
+    core = EngineCoreClient(EngineConfig(**TINY, process_split=True))
+    core._commands.append(("no-such-command",))  # the core raises on it, as on any bug
+    with pytest.raises(
+        EngineCoreError, match="failed: ValueError: unknown engine core command 'no-such-command'"
+    ):
+        while True:
+            core.step()
+    assert process_gone(core._process.pid)
+
+
+def test_unusable_model_settings_raise_value_error_as_in_process():
+    config = EngineConfig(model=ModelConfig(preset="no-such-preset", device="cpu"), process_split=True)
+    with pytest.raises(ValueError, match="unknown model preset 'no-such-preset'"):
+        EngineCoreClient(config)
