@@ -1,0 +1,71 @@
+"""The preemption soak at CI size: a few hundred requests through a pool that preempts on most steps,
+then a pool that never does. The full size is `llmbench soak` (results/cpu/soak.json)."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from llmbench.cli import app
+from llmbench.soak import MAX_OUTPUT, MAX_PROMPT, run_soak, soak_engine_config, soak_workload
+
+NUM_REQUESTS = 300
+SMALL_POOL = 24  # blocks of 16: 2-3 of the longest requests at once, against up to 64 admitted
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["engine.chunked_prefill=false"],
+        ["engine.prefix_caching=false", "engine.block_size=8"],
+        ["engine.num_scheduler_steps=4", "engine.async_output=true"],
+    ],
+    ids=["default", "whole-prompts", "no-prefix-cache", "multi-step-async"],
+)
+def test_soak_loses_nothing_and_matches_a_large_pool(overrides):
+    blocks = SMALL_POOL * 2 if "engine.block_size=8" in overrides else SMALL_POOL
+    result = run_soak(soak_engine_config(overrides, blocks), NUM_REQUESTS, seed=1)
+    small, large = result.small_pool, result.large_pool
+    assert result.passed, result.to_dict()
+    assert small.finished == large.finished == NUM_REQUESTS
+    assert small.lost == small.duplicated == small.wrong_length == small.leaked_blocks == 0
+    assert small.preemptions > 100 and large.preemptions == 0
+    assert result.mismatched_outputs == 0
+
+
+def test_soak_workload_is_seeded_and_within_bounds():
+    workload = soak_workload(200, vocab_size=512, seed=3)
+    assert workload == soak_workload(200, vocab_size=512, seed=3)
+    assert workload != soak_workload(200, vocab_size=512, seed=4)
+    assert all(1 <= len(prompt) <= MAX_PROMPT and 1 <= n <= MAX_OUTPUT for prompt, n in workload)
+    assert all(3 <= t < 512 for prompt, _ in workload for t in prompt)
+    # shared stems: many prompts start alike, so the prefix cache is exercised under preemption
+    firsts = [tuple(prompt[:8]) for prompt, _ in workload if len(prompt) >= 8]
+    assert len(set(firsts)) < len(firsts) // 2
+
+
+def test_soak_command_writes_its_figures(tmp_path):
+    out = tmp_path / "soak.json"
+    args = ["soak", "--requests", "120", "--blocks", str(SMALL_POOL), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["command"].startswith("llmbench") and data["passed"] is True
+    assert data["requests"] == 120 and data["small_pool"]["finished"] == 120
+    assert data["small_pool"]["preemptions"] > 0 and data["small_pool"]["leak_check"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--blocks", "4"], "--blocks"),
+        (["--set", "workload.num_requests=3"], "workload.num_requests"),
+        (["--set", "engine.block_size=zero"], "engine.block_size"),
+        (["--set", "model.preset=nope"], "model"),
+    ],
+)
+def test_soak_rejects_bad_settings_with_exit_2(args, named):
+    result = CliRunner().invoke(app, ["soak", "--requests", "5", *args])
+    assert result.exit_code == 2
+    assert named in result.output
