@@ -1,0 +1,106 @@
+"""GPU step timing: CUDA events resolved only once they have fired, converted to host time through
+one anchor. The event logic runs here on fake events driven by a fake device clock."""
+
+import math
+
+from engine.request import SamplingParams
+from engine.timing import GpuTimer, StepRecord
+from tests.engine.test_multistep import null_engine, run, workload
+
+
+class FakeDevice:
+    """A device clock in ms, and a stream: events fire when the clock passes their time."""
+
+    def __init__(self):
+        self.now_ms = 0.0
+        self.fired_until = -1.0
+        self.syncs = 0  # waits that blocked the host
+
+
+class FakeEvent:
+    def __init__(self, device: FakeDevice):
+        self.device = device
+        self.time_ms: float | None = None
+
+    def record(self) -> None:
+        self.time_ms = self.device.now_ms
+
+    def query(self) -> bool:
+        return self.time_ms is not None and self.time_ms <= self.device.fired_until
+
+    def synchronize(self) -> None:
+        if not self.query():
+            self.device.syncs += 1  # the host had to wait
+            self.device.fired_until = self.time_ms
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        return end.time_ms - self.time_ms
+
+
+def make_timer(ring_size: int = 4) -> tuple[GpuTimer, FakeDevice]:
+    device = FakeDevice()
+    device.now_ms = 5.0  # the anchor is recorded at device time 5 ms, host time 100 s
+    timer = GpuTimer(ring_size, new_event=lambda: FakeEvent(device), clock=lambda: 100.0)
+    return timer, device
+
+
+def record(step: int) -> StepRecord:
+    return StepRecord(step, 0.0, 0.0, 0, 0, 0, 0, 0, 0, 1, 0.0, 0.0, 0.0, 0.0)
+
+
+def timed_step(timer: GpuTimer, device: FakeDevice, start_ms: float, end_ms: float, step: int) -> StepRecord:
+    device.now_ms = start_ms
+    span = timer.start()
+    device.now_ms = end_ms
+    timer.stop(span)
+    rec = record(step)
+    timer.track(span, rec)
+    return rec
+
+
+def test_events_resolve_once_fired_in_host_time():
+    timer, device = make_timer()
+    assert device.syncs == 1  # the anchor, once
+    first = timed_step(timer, device, 6.0, 9.5, 0)
+    assert math.isnan(first.gpu_ms)  # not fired yet: tracking never waits
+    device.fired_until = 9.5
+    second = timed_step(timer, device, 10.0, 12.0, 1)
+    assert first.gpu_ms == 3.5 and math.isnan(second.gpu_ms)
+    assert first.gpu_start == 100.0 + 0.001 and first.gpu_end == 100.0 + 0.0045
+    assert device.syncs == 1
+    timer.resolve(wait=True)  # e.g. at drain_step_records
+    assert second.gpu_ms == 2.0 and second.gpu_start == 100.005
+    assert device.syncs == 2
+
+
+def test_resolution_keeps_order_and_a_full_ring_waits_for_the_oldest():
+    timer, device = make_timer(ring_size=3)
+    records = [timed_step(timer, device, 10.0 * i, 10.0 * i + 4, i) for i in range(3)]
+    device.fired_until = 24.0  # the third has fired, the first two too
+    timer.resolve()
+    assert [r.gpu_ms for r in records] == [4.0, 4.0, 4.0]
+    more = [timed_step(timer, device, 10.0 * i, 10.0 * i + 4, i) for i in range(3, 6)]
+    assert all(math.isnan(r.gpu_ms) for r in more)
+    # a fourth outstanding step: the ring is empty, so the oldest is waited for and its span reused
+    extra = timed_step(timer, device, 60.0, 61.0, 6)
+    assert more[0].gpu_ms == 4.0 and math.isnan(more[1].gpu_ms) and math.isnan(extra.gpu_ms)
+    timer.resolve(wait=True)
+    assert [r.gpu_ms for r in more[1:] + [extra]] == [4.0, 4.0, 1.0]
+    assert more[2].gpu_end == 100.0 + (54.0 - 5.0) / 1e3
+
+
+def test_cpu_steps_have_no_gpu_times_and_phases_within_the_step():
+    engine = null_engine(num_scheduler_steps=4, async_output=True)
+    run(engine, workload())
+    records = engine.drain_step_records()
+    assert records and all(math.isnan(r.gpu_ms + r.gpu_start + r.gpu_end) for r in records)
+    assert {r.num_steps for r in records} == {1, 4}
+    for r in records:
+        phases = r.schedule_ms + r.prepare_ms + r.sample_ms + r.output_ms
+        assert 0 < phases <= (r.t_end - r.t_start) * 1e3 + 1e-6
+
+
+def test_step_timing_off_records_nothing():
+    engine = null_engine(step_timing=False, async_output=True)
+    engine.generate([[1, 2, 3]], SamplingParams(max_tokens=5))
+    assert engine.drain_step_records() == []
