@@ -91,6 +91,57 @@ def run(
 
 
 @app.command()
+def ablate(
+    config: Annotated[Path, typer.Argument(help="YAML run config, e.g. configs/ci.yaml")],
+    order: Annotated[
+        str | None, typer.Option(help="Toggles to add one at a time, comma-separated (default: all)")
+    ] = None,
+    leave_one_out: Annotated[
+        bool, typer.Option("--leave-one-out", help="Also run all on with each toggle off")
+    ] = False,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a config value: key.path=value (repeatable)"),
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Directory (default: results/NAME-ablation-TIME)")] = None,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Skip report.html and the plots")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging")] = False,
+) -> None:
+    """Run a workload with every optimization off, then add them one at a time; write ablation.json.
+
+    Example:
+
+        llmbench ablate configs/ci.yaml --order process_split,num_scheduler_steps --leave-one-out
+    """
+    from rich.console import Console
+
+    from llmbench.ablate import AblationError, ablation_table, run_ablation
+
+    setup_logging(verbose)
+    try:
+        with RunProgress() as progress:
+            result = run_ablation(config, set_ or [], order, leave_one_out, out, progress)
+    except (AblationError, ConfigFileError, ConfigError, WorkloadError) as e:
+        raise usage_error(str(e)) from None
+    except KeyboardInterrupt:  # while loading a variant's model
+        raise typer.Exit(130) from None
+    except Exception:
+        logger.exception("ablation failed; variants measured so far are in %s", out or "results/")
+        raise typer.Exit(1) from None
+    table = ablation_table(result.ablation)
+    # never fold the numbers: CI logs report an 80-column console
+    natural = console.measure(table, options=console.options.update_width(1000)).maximum
+    Console(width=max(console.width, natural)).print(table)
+    console.print(f"results: {result.out_dir}", highlight=False)
+    if not no_report and (result.out_dir / "summary.json").is_file():
+        from llmbench.report import write_report
+
+        console.print(f"report: {write_report([result.out_dir], result.out_dir)}", highlight=False)
+    if result.interrupted:
+        raise typer.Exit(130)
+
+
+@app.command()
 def soak(
     requests: Annotated[int, typer.Option(min=1, help="Requests to run through each pool")] = 10_000,
     blocks: Annotated[int, typer.Option(min=1, help="KV blocks of the small, preempting pool")] = 64,
