@@ -36,6 +36,8 @@ class StepRecord:
     gpu_ms: float = math.nan
     gpu_start: float = math.nan  # perf_counter seconds
     gpu_end: float = math.nan
+    # KV positions the batch's attention reads (sum of the scheduled sequences' lengths): MBU and MFU
+    num_context_tokens: int = 0
 
 
 class PhaseClock:
