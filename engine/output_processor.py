@@ -32,13 +32,16 @@ class OutputProcessor:
         columns = iter(sampled[0] if num_steps == 1 else zip(*sampled, strict=True)) if sampled else iter(())
         outputs: list[RequestOutput] = []
         finished: list[Sequence] = []
+        eos = self.eos_token_id
+        block_size = self.block_manager.block_size
         for seq, entry in zip(scheduled.seqs, scheduled.batch.seqs, strict=True):
             column = next(columns) if entry.sample else None
             # finished meanwhile: aborted, or stopped by the step before (async) and this token is extra
             if seq.status is _FINISHED:
                 continue
             if column is None:
-                self._cache_blocks(seq)
+                if seq.num_computed >= (seq.num_cached_blocks + 1) * block_size:
+                    self._cache_blocks(seq)
                 continue  # a prompt chunk short of the prompt's end produces no token
             params = entry.sampling
             num_before = entry.num_outputs
@@ -46,7 +49,15 @@ class OutputProcessor:
                 tokens = [column]
             else:
                 tokens = list(column[: params.max_tokens - num_before])
-            num_kept, reason = self._stop(tokens, num_before, params)
+            # hot path: most tokens can stop nothing, which a few checks settle without a call
+            if (
+                not params.stop_token_ids
+                and (params.ignore_eos or eos not in tokens)
+                and num_before + len(tokens) < params.max_tokens
+            ):
+                num_kept, reason = len(tokens), None
+            else:
+                num_kept, reason = self._stop(tokens, num_before, params)
             first = entry.num_computed + entry.num_new  # where this step's placeholders start
             token_ids = seq.token_ids
             if num_kept == 1:
@@ -55,7 +66,8 @@ class OutputProcessor:
                 token_ids[first : first + num_kept] = tokens[:num_kept]
             if reason is None:
                 seq.num_pending -= num_kept
-                self._cache_blocks(seq)
+                if seq.num_computed >= (seq.num_cached_blocks + 1) * block_size:
+                    self._cache_blocks(seq)
             else:
                 del tokens[num_kept:]
                 self._finish(seq, first + num_kept, reason)

@@ -19,6 +19,7 @@ class Sequence:
         "seq_id",
         "request_id",
         "params",
+        "max_len",
         "arrival_time",
         "token_ids",
         "num_prompt_tokens",
@@ -45,6 +46,7 @@ class Sequence:
         self.seq_id = seq_id
         self.request_id = request_id
         self.params = params
+        self.max_len = len(prompt_token_ids) + params.max_tokens  # longest it can grow: prompt + outputs
         self.arrival_time = arrival_time
         self.token_ids = list(prompt_token_ids)  # prompt, then outputs appended in place
         self.num_prompt_tokens = len(prompt_token_ids)
@@ -76,11 +78,6 @@ class Sequence:
     def known_output_ids(self) -> list[int]:
         """Outputs read back so far, placeholders left out."""
         return self.token_ids[self.num_prompt_tokens : len(self.token_ids) - self.num_pending]
-
-    @property
-    def max_len(self) -> int:
-        """Longest this sequence can grow: prompt plus every token it may generate."""
-        return self.num_prompt_tokens + self.params.max_tokens
 
     def __repr__(self) -> str:
         return (
