@@ -60,16 +60,16 @@ def load_model(config: ModelConfig, ops: ModuleType = reference) -> LlamaForCaus
 
 def preset_shape(name: str | None) -> LlamaShape:
     if name not in PRESETS:
-        raise ValueError(f"unknown model preset {name!r}; presets: {', '.join(PRESETS)}")
+        raise ValueError(f"model.preset: unknown model preset {name!r}; presets: {', '.join(PRESETS)}")
     return PRESETS[name]
 
 
 def read_hf_shape(path: Path) -> LlamaShape:
     if not path.is_dir():
-        raise ValueError(f"model path {path} is not a directory")
+        raise ValueError(f"model.path: {path} is not a directory")
     config_file = path / "config.json"
     if not config_file.is_file():
-        raise ValueError(f"{config_file} not found: not an HF-format model directory")
+        raise ValueError(f"model.path: {config_file} not found: not an HF-format model directory")
     try:
         cfg = json.loads(config_file.read_text())
     except json.JSONDecodeError as e:

@@ -4,6 +4,7 @@ into sampled tokens (prepare inputs -> forward -> logits of the sampled rows -> 
 from __future__ import annotations
 
 import logging
+import os
 from types import ModuleType
 
 import torch
@@ -31,6 +32,8 @@ def select_ops(backend: str, device: torch.device) -> ModuleType:
         backend = "triton" if device.type == "cuda" else "torch"
     if backend == "torch":
         return reference
+    if device.type != "cuda" and not os.environ.get("TRITON_INTERPRET"):
+        raise ValueError("engine.attention_backend is 'triton' but Triton kernels need a CUDA device")
     try:
         from kernels import triton_ops
     except ImportError as e:
@@ -50,7 +53,7 @@ class ModelRunner:
         self.max_model_len = config.max_model_len or self.shape.max_position_embeddings
         if self.max_model_len > self.shape.max_position_embeddings:
             raise ValueError(
-                f"max_model_len {self.max_model_len} exceeds the model's max_position_embeddings "
+                f"engine.max_model_len {self.max_model_len} exceeds the model's max_position_embeddings "
                 f"{self.shape.max_position_embeddings}"
             )
         self.sampler = Sampler(self.shape.eos_token_id, self.device, config.model.seed)

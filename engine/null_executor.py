@@ -26,7 +26,7 @@ class NullExecutor:
         self.max_model_len = config.max_model_len or self.shape.max_position_embeddings
         if self.max_model_len > self.shape.max_position_embeddings:
             raise ValueError(
-                f"max_model_len {self.max_model_len} exceeds the model's max_position_embeddings "
+                f"engine.max_model_len {self.max_model_len} exceeds the model's max_position_embeddings "
                 f"{self.shape.max_position_embeddings}"
             )
         self.num_blocks = self._num_blocks(config)
