@@ -17,10 +17,15 @@ from pathlib import Path
 
 import torch
 
+from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.config import EngineConfig, ModelConfig
+from engine.input_batch import prepare_inputs
 from engine.llm_engine import LLMEngine
-from engine.loader import preset_shape
+from engine.loader import load_model, preset_shape
 from engine.request import SamplingParams
+from kernels import reference, triton_ops
+
+BLOCK = 16
 
 
 def requests(count: int, vocab: int, seed: int = 0) -> tuple[list[list[int]], list[SamplingParams]]:
@@ -38,6 +43,56 @@ def generate(config: EngineConfig, prompts: list[list[int]], params: list[Sampli
     del engine
     torch.cuda.empty_cache()
     return outputs
+
+
+def logits_check(preset: str, device: str, prompts: list[list[int]]) -> dict:
+    """Last-position logits of the prompts in one prefill forward: bf16 with each backend, and float32
+    with the torch backend on the same (bf16-valued) weights. Tells bf16 rounding from a kernel bug: the
+    Triton backend should sit as close to float32 as the torch backend in bf16 does."""
+    model = load_model(ModelConfig(preset=preset, device=device, dtype="bfloat16"), triton_ops)
+    seqs, next_block = [], 0
+    for i, prompt in enumerate(prompts):
+        num_blocks = -(-len(prompt) // BLOCK)
+        table = list(range(next_block, next_block + num_blocks))
+        next_block += num_blocks
+        seqs.append(ScheduledSeq(i, prompt, 0, len(prompt), table, SamplingParams(), sample=True))
+    batch = ScheduledBatch(seqs)
+    s = model.shape
+
+    @torch.inference_mode()
+    def logits(ops) -> torch.Tensor:
+        for module in model.modules():
+            if hasattr(module, "ops"):
+                module.ops = ops
+        dtype = model.embed_tokens.weight.dtype
+        layout = (next_block, BLOCK, s.num_kv_heads, s.head_dim)
+        caches = [
+            (torch.zeros(layout, dtype=dtype, device=device), torch.zeros(layout, dtype=dtype, device=device))
+            for _ in range(s.num_layers)
+        ]
+        inputs = prepare_inputs(batch, BLOCK, torch.device(device))
+        hidden = model(inputs.input_ids, inputs.positions, inputs.attn, caches)
+        return model.compute_logits(hidden[inputs.sample_rows]).float()
+
+    triton_bf16, torch_bf16 = logits(triton_ops), logits(reference)
+    model.float()
+    torch_fp32 = logits(reference)
+    top2 = torch_fp32.topk(2, dim=-1).values
+
+    def versus_fp32(x: torch.Tensor) -> dict:
+        return {
+            "rel_error": ((x - torch_fp32).norm() / torch_fp32.norm()).item(),
+            "top1_agreement": (x.argmax(-1) == torch_fp32.argmax(-1)).float().mean().item(),
+        }
+
+    return {
+        "prompts": len(prompts),
+        "triton_bf16_vs_fp32": versus_fp32(triton_bf16),
+        "torch_bf16_vs_fp32": versus_fp32(torch_bf16),
+        "triton_vs_torch_bf16_rel_error": ((triton_bf16 - torch_bf16).norm() / torch_bf16.norm()).item(),
+        "fp32_median_top1_top2_gap": (top2[:, 0] - top2[:, 1]).median().item(),
+        "fp32_logit_std": torch_fp32.std().item(),
+    }
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -69,6 +124,7 @@ def main() -> None:
     prompts, params = requests(args.num_requests, preset_shape(args.preset).vocab_size)
     triton_out = generate(config("triton", cuda_graphs=args.device == "cuda"), prompts, params)
     torch_out = generate(config("torch", cuda_graphs=False), prompts, params)
+    check = logits_check(args.preset, args.device, prompts[:16])
     per_request = []
     for i, (a, b) in enumerate(zip(triton_out, torch_out, strict=True)):
         diverges = first_divergence(a, b)
@@ -93,6 +149,7 @@ def main() -> None:
         "first_divergences": sorted(
             r["first_divergence"] for r in per_request if r["first_divergence"] is not None
         ),
+        "logits_check": check,
         "per_request": per_request,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -101,6 +158,7 @@ def main() -> None:
         f"agreement: {agreeing}/{total} tokens ({agreeing / total:.3f}), {identical}/{len(prompts)} requests "
         f"identical; first divergences at {result['first_divergences']}"
     )
+    print(f"logits check: {json.dumps(check)}")
 
 
 if __name__ == "__main__":

@@ -24,13 +24,14 @@ def main() -> None:
     summary: dict = {"command": "bash scripts/h200_measure.sh " + str(out)}
     rows = []
     if decode:
-        tps = decode["tokens_per_s"]["cuda_graphs"]
+        tps = max(decode["tokens_per_s"]["cuda_graphs"], decode["tokens_per_s"].get("cuda_graphs_8_steps", 0))
         target = max(225.0, decode["target_tokens_per_s"])
         summary["bs1_decode"] = {"tokens_per_s": tps, "target": target, "met": tps >= target}
-        rows.append(("bs1 decode, CUDA graphs (tok/s)", f"{tps:.1f}", f">= {target:.0f}", tps >= target))
-        eager = decode["tokens_per_s"]["eager"]
-        rows.append(("bs1 decode, eager (tok/s)", f"{eager:.1f}", "", None))
-        frac = decode["fraction_of_roofline"]["cuda_graphs"]
+        rows.append(("bs1 decode, best with graphs (tok/s)", f"{tps:.1f}", f">= {target:.0f}", tps >= target))
+        for mode, value in decode["tokens_per_s"].items():
+            rows.append((f"  {mode} (tok/s)", f"{value:.1f}", "", None))
+        frac = tps * decode["roofline_ms_per_token"] / 1e3
+        rows.append(("bs1 graph replay GPU ms", f"{decode['graph_replay_gpu_ms']:.2f}", "", None))
         rows.append(("bs1 decode / roofline", f"{frac:.3f}", ">= 0.85", frac >= 0.85))
     if bundled and hf:
         ratio = bundled["output_throughput"] / hf["output_throughput"]
