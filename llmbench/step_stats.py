@@ -106,7 +106,8 @@ def _kv_tokens_read(row: dict[str, Any]) -> float | None:
 
 
 def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+    """None, NaN, or an empty steps.csv cell."""
+    return not isinstance(value, int | float) or math.isnan(value)
 
 
 def _gpu_seconds(row: dict[str, Any]) -> float | None:
