@@ -13,6 +13,7 @@ Steps without GPU timing (CPU runs, the null executor) give None for every GPU f
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,7 +108,7 @@ def _kv_tokens_read(row: dict[str, Any]) -> float | None:
 
 def _missing(value: Any) -> bool:
     """None, NaN, or an empty steps.csv cell."""
-    return not isinstance(value, int | float) or math.isnan(value)
+    return not isinstance(value, numbers.Real) or math.isnan(value)
 
 
 def _gpu_seconds(row: dict[str, Any]) -> float | None:
