@@ -78,6 +78,9 @@ def run_core(inbox: str, outbox: str, parent_pid: int, log_level: int) -> None:
     push = context.socket(zmq.PUSH)
     push.connect(outbox)
     try:
+        while not pull.poll(IDLE_POLL_MS):
+            if os.getppid() != parent_pid:
+                return  # the frontend died before sending the config
         config = pickle.loads(pull.recv())
         _CoreLoop(config, pull, push, parent_pid).run()
     except Exception as e:
