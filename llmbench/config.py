@@ -78,7 +78,7 @@ class PrefixConfig:
 class WorkloadConfig:
     num_requests: int = bounded(64, ge=1)
     warmup_requests: int = bounded(0, ge=0)  # run first, kept out of the metrics
-    seed: int = 0
+    seed: int = bounded(0, ge=0)  # numpy generators take no negative seeds
     max_concurrency: int | None = bounded(None, ge=1)
     input: LengthConfig = field(default_factory=LengthConfig)  # prompt tokens after any shared prefix
     output: LengthConfig = field(default_factory=LengthConfig)
