@@ -9,13 +9,14 @@ rm -rf "$work" && mkdir -p "$work" "$out"
 config=configs/llama3-8b-decode.yaml
 all_off=(--set engine.process_split=false --set engine.async_output=false --set engine.num_scheduler_steps=1
   --set engine.cuda_graphs=false --set engine.chunked_prefill=false --set engine.prefix_caching=false)
-# the profiler window is opened in the runner's process, so the all-on profile keeps the engine in it
+# steps count warm-up too: the windows sit in the main run's decode (16 warm-up requests of 256 tokens
+# take ~260 single steps, or ~33 eight-token steps). The profiler window is opened in the runner's process, so the all-on profile keeps the engine in it
 all_on=(--set engine.process_split=false --set engine.async_output=true --set engine.num_scheduler_steps=8
   --set engine.cuda_graphs=true --set engine.chunked_prefill=true --set engine.prefix_caching=true)
 timeout 330 llmbench ablate "$config" --out "$work/ablation" 2>&1 | tee "$out/ablate.log" | tail -14
-timeout 100 llmbench profile "$config" --nsys --steps 40:60 "${all_off[@]}" --out "$work/profile-all-off" \
+timeout 100 llmbench profile "$config" --nsys --steps 300:320 "${all_off[@]}" --out "$work/profile-all-off" \
   > "$out/profile-all-off.log" 2>&1
-timeout 100 llmbench profile "$config" --nsys --steps 40:60 "${all_on[@]}" --out "$work/profile-all-on" \
+timeout 100 llmbench profile "$config" --nsys --steps 45:60 "${all_on[@]}" --out "$work/profile-all-on" \
   > "$out/profile-all-on.log" 2>&1
 tail -3 "$out/profile-all-off.log" "$out/profile-all-on.log"
 cd "$work" && tar czf "$out/h200-ablate-profile.tgz" \
