@@ -44,7 +44,8 @@ def _paged_offsets(
     return blocks[:, None] * stride_block + rows[:, None] * stride_row + kv_head_offset + offs_d[None, :]
 
 
-@triton.jit
+# Block-table width and split count vary between batches: no recompiles on their divisibility.
+@triton.jit(do_not_specialize=["stride_table", "partition_size", "num_splits"])
 def _decode_kernel(
     q_ptr,
     k_cache_ptr,

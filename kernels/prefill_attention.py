@@ -14,7 +14,9 @@ from kernels.attention import LOG2E, _online_softmax_step, _paged_offsets
 PREFILL_LAUNCH = {"block_m": 64, "block_n": 32, "num_warps": 4, "num_stages": 2}
 
 
-@triton.jit
+# The batch size and block-table width change from step to step; specializing on them (divisibility
+# by 16, equality to 1) would recompile the kernel in the middle of a run.
+@triton.jit(do_not_specialize=["stride_table", "num_seqs"])
 def _prefill_kernel(
     q_ptr,
     k_cache_ptr,
