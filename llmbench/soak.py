@@ -44,7 +44,8 @@ class PoolRun:
     num_blocks: int
     preemptions: int
     steps: int
-    wall_s: float
+    wall_s: float  # includes the block-invariant walk after every step when checked_every_step
+    checked_every_step: bool
     finished: int
     lost: int  # added but never finished
     duplicated: int  # finished more than once
@@ -55,6 +56,7 @@ class PoolRun:
 
 @dataclass
 class SoakResult:
+    engine: dict[str, Any]  # the small pool's EngineConfig; the large pool differs in num_gpu_blocks only
     requests: int
     output_tokens: int
     small_pool: PoolRun
@@ -148,6 +150,7 @@ def _drive(
         preemptions=engine.scheduler.num_preemptions,
         steps=steps,
         wall_s=round(time.perf_counter() - start, 2),
+        checked_every_step=check_every_step,
         finished=len(finals),
         lost=len(workload) - len(finals),
         duplicated=duplicated,
@@ -179,6 +182,7 @@ def run_soak(config: EngineConfig, num_requests: int, seed: int = 0) -> SoakResu
     logger.info("large pool: %d preemptions in %.1f s", large.preemptions, large.wall_s)
     mismatched = sum(1 for rid, tokens in small_tokens.items() if large_tokens.get(rid) != tokens)
     return SoakResult(
+        engine=asdict(config),
         requests=num_requests,
         output_tokens=sum(max_tokens for _, max_tokens in workload),
         small_pool=small,
