@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 import llmbench.backends
+from engine.request import SamplingParams
 from llmbench.backends.bundled import BundledBackend
 from llmbench.cli import app
 from llmbench.config import parse_config
@@ -45,7 +46,7 @@ class GhostBackend(BundledBackend):
     def submit(self, request_id, prompt_token_ids, params):
         if not hasattr(self, "ghost"):
             self.ghost = True
-            self.engine.add_request("ghost", [5, 6, 7], params.__class__(max_tokens=1000, ignore_eos=True))
+            self.engine.add_request("ghost", [5, 6, 7], SamplingParams(max_tokens=1000, ignore_eos=True))
         super().submit(request_id, prompt_token_ids, params)
 
 
@@ -135,3 +136,23 @@ def test_check_fails_when_the_engine_keeps_work(tmp_path, monkeypatch, null_conf
     # the results were written before the check
     assert load_summary(tmp_path / "cli")["complete"] is True
     assert run_cli(null_config_file, tmp_path / "unchecked").exit_code == 0
+
+
+def test_hf_backend_drops_an_aborted_request_that_is_still_queued():
+    pytest.importorskip("transformers")
+    from llmbench.backends.hf import HFBackend
+
+    config, backend = started(HFBackend(), ["backend.type=hf", "backend.batch_size=1"])
+    try:
+        params = SamplingParams(max_tokens=3, ignore_eos=True)
+        for request_id in ("a", "b", "c"):
+            backend.submit(request_id, [5, 6, 7], params)
+        backend.abort("c")  # nothing runs before the first poll: "c" is still queued
+        backend.abort("unknown")
+        finished = []
+        while backend.has_unfinished():
+            finished += [o.request_id for o in backend.poll() if o.finished]
+        assert sorted(finished) == ["a", "b"]
+        backend.check_empty()
+    finally:
+        backend.close()
