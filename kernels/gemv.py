@@ -1,0 +1,144 @@
+"""Skinny matmul for decode: out [M, N] = x [M, K] @ w [N, K]^T with M <= MAX_ROWS.
+
+At a handful of rows a linear layer is a pass over its weight: the kernel streams each weight row once,
+in wide contiguous loads, and keeps the few activation rows beside it. Products are summed elementwise
+in float32 (no tensor-core dot: it needs 16 rows and would multiply padding), reduced once at the end.
+Programs split N only, so every program finishes its rows alone: no split-K partials, no second kernel.
+
+`gated=True` fuses the Llama MLP activation: w holds gate then up rows ([2I, K]), and a program
+computes matching gate and up rows together and writes silu(gate) * up, [M, I]."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_ROWS = 8  # the kernel's limit; linear() in triton_ops decides where it pays (GEMV_MAX_TOKENS)
+
+
+@triton.jit
+def _rows_times_x(
+    x_ptr,
+    w_rows,
+    m,
+    k,
+    stride_x,
+    EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """[BLOCK_M, BLOCK_N] float32: x rows against the weight rows at w_rows [BLOCK_N, 1] pointers."""
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_k = tl.arange(0, BLOCK_K)
+    if BLOCK_M == 1:
+        # one row: a 2D accumulator in the weight tile's own layout, no broadcast across rows
+        acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
+    for start in range(0, k, BLOCK_K):
+        cols = start + offs_k
+        x_ptrs = x_ptr + offs_m[:, None] * stride_x + cols[None, :]
+        # the weight is read exactly once: keep it from evicting activations in L2
+        if EVEN_K:
+            x = tl.load(x_ptrs, mask=offs_m[:, None] < m, other=0.0)
+            w = tl.load(w_rows + cols[None, :], eviction_policy="evict_first")
+        else:
+            in_k = cols[None, :] < k
+            x = tl.load(x_ptrs, mask=(offs_m[:, None] < m) & in_k, other=0.0)
+            w = tl.load(w_rows + cols[None, :], mask=in_k, other=0.0, eviction_policy="evict_first")
+        if BLOCK_M == 1:
+            acc += w.to(tl.float32) * x.to(tl.float32)
+        else:
+            acc += w[None, :, :].to(tl.float32) * x.to(tl.float32)[:, None, :]
+    if BLOCK_M == 1:
+        return tl.sum(acc, 1)[None, :]
+    return tl.sum(acc, 2)
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    out_ptr,
+    m,
+    n,
+    k,
+    stride_x,
+    stride_out,
+    HAS_BIAS: tl.constexpr,
+    GATED: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # rows past n re-read row n-1 and are never stored: the hot loop carries no row mask
+    safe_rows = tl.minimum(rows, n - 1).to(tl.int64)
+    w_rows = w_ptr + safe_rows[:, None] * k
+    out = _rows_times_x(x_ptr, w_rows, m, k, stride_x, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+    if HAS_BIAS:
+        out += tl.load(bias_ptr + safe_rows).to(tl.float32)[None, :]
+    if GATED:
+        up = _rows_times_x(x_ptr, w_rows + n * k, m, k, stride_x, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+        out = out * tl.sigmoid(out) * up
+    offs_m = tl.arange(0, BLOCK_M)
+    out_mask = (offs_m[:, None] < m) & (rows[None, :] < n)
+    out_ptrs = out_ptr + offs_m[:, None] * stride_out + rows[None, :]
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=out_mask)
+
+
+def launch_config(block_m: int, n: int, k: int) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_warps). About 32 float32 accumulators per thread whatever M is; wide
+    layers (many programs) fill the chip with smaller programs, narrow ones want long K runs in flight.
+    Picked from Triton GEMV timings on an H200 at one row (results/h200/decode_bs1.json)."""
+    if n >= 16384:
+        block_n, block_k, warps = 16, 256, 4
+    else:
+        block_n, block_k, warps = 16, 512, 8
+    block_k = max(16, block_k // block_m)
+    return block_n, min(block_k, triton.next_power_of_2(k)), warps
+
+
+def gemv(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, gated: bool = False
+) -> torch.Tensor:
+    """x [M, K] (M <= MAX_ROWS, rows may be strided) times weight [N, K]^T (+ bias [N]) -> [M, N] in
+    x's dtype. gated: weight is [2I, K] gate-then-up and the result is silu(gate) * up, [M, I]."""
+    m, k = x.shape
+    if m > MAX_ROWS:
+        raise ValueError(f"gemv takes at most {MAX_ROWS} rows, got {m}")
+    if x.stride(1) != 1 or not weight.is_contiguous():
+        raise ValueError("gemv needs unit-stride rows of x and a contiguous weight")
+    if gated and bias is not None:
+        raise ValueError("gated gemv takes no bias")
+    n = weight.shape[0] // 2 if gated else weight.shape[0]
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    block_m = triton.next_power_of_2(m)
+    block_n, block_k, warps = launch_config(block_m, weight.shape[0], k)
+    if gated:
+        block_n //= 2  # each program also owns the matching up rows
+    _gemv_kernel[(triton.cdiv(n, block_n),)](
+        x,
+        weight,
+        bias if bias is not None else weight,
+        out,
+        m,
+        n,
+        k,
+        x.stride(0),
+        out.stride(0),
+        HAS_BIAS=bias is not None,
+        GATED=gated,
+        EVEN_K=k % block_k == 0,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        num_warps=warps,
+    )
+    return out
