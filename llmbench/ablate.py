@@ -158,11 +158,13 @@ def _entry(name: str, toggles: dict[str, Any], summary: dict[str, Any], run_dir:
 
 
 def ablation_table(ablation: dict[str, Any]) -> Table:
-    """Throughput, latency, GPU busy and CPU overhead per variant, and the speedup over all off."""
+    """Throughput, latency, GPU busy, CPU overhead and readback wait per variant, and the speedup
+    over all off."""
     table = Table(title="ablation: " + " -> ".join(ablation["order"]))
-    for column in ("variant", "output tok/s", "mean TPOT ms", "mean TTFT ms", "GPU busy", "CPU ms/step"):
-        table.add_column(column, justify="left" if column == "variant" else "right")
-    table.add_column("vs all off", justify="right")
+    columns = ("output tok/s", "mean TPOT ms", "mean TTFT ms", "GPU busy (step spans)", "CPU ms/step")
+    table.add_column("variant")
+    for column in (*columns, "wait ms/step", "vs all off"):
+        table.add_column(column, justify="right")
     baseline = ablation["variants"][0]["metrics"].get("output_throughput") if ablation["variants"] else None
     for variant in ablation["variants"]:
         metrics, steps = variant["metrics"], variant["steps"] or {}
@@ -175,6 +177,7 @@ def ablation_table(ablation: dict[str, Any]) -> Table:
             _fmt(metrics.get("mean_ttft_ms"), "{:.2f}"),
             _fmt(busy * 100 if busy is not None else None, "{:.1f}%"),
             _fmt(steps.get("mean_cpu_ms_per_step"), "{:.3f}"),
+            _fmt(steps.get("mean_wait_ms"), "{:.3f}"),
             _fmt(throughput / baseline if throughput and baseline else None, "{:.2f}x"),
         )
     return table

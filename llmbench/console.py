@@ -86,8 +86,8 @@ def metrics_table(summary: dict[str, Any]) -> Table:
     steps = summary.get("steps") or {}
     if steps.get("num_steps"):
         rows.append(("engine steps", str(steps["num_steps"])))
-        step_times = f"{_fmt(steps['mean_step_ms'])} / {_fmt(steps['mean_cpu_ms_per_step'])}"
-        rows.append(("mean step / CPU per step (ms)", step_times))
+        times = (steps.get(key) for key in ("mean_step_ms", "mean_cpu_ms_per_step", "mean_wait_ms"))
+        rows.append(("step / CPU / readback wait, mean (ms)", " / ".join(_fmt(t) for t in times)))
     for label, value in rows:
         table.add_row(label, value)
     return table

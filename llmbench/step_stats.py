@@ -1,10 +1,14 @@
 """What the step log says about where the time went: pure functions over steps.csv rows.
 
-- CPU overhead: the host phases of a step (schedule, prepare, sample, output, ipc), per step, per
-  forward (multi-step runs several forwards per step) and per running sequence.
-- GPU busy: the union of the steps' [gpu_start, gpu_end] intervals over wall time (first step start
-  to last step end, summed over trials); what is left are idle gaps, each charged to the host phase
-  that overlapped it.
+- CPU overhead: the host's own work in a step (schedule, prepare = input preparation and launch,
+  output, ipc), per step, per forward (multi-step runs several forwards per step) and per running
+  sequence. The sample phase is the token readback: on a GPU mostly the host blocked until the
+  step's kernels finish, so it is reported apart as the wait, never as overhead.
+- GPU busy (step spans): the union of the steps' [gpu_start, gpu_end] intervals over wall time
+  (first step start to last step end, summed over trials); what is left are idle gaps, each charged
+  to the host phase that overlapped it. A span runs from when the GPU reaches the step's first event
+  to its last kernel, so launch gaps inside an eager step count as busy; kernel-level busy comes
+  from `llmbench profile --nsys`.
 - MBU and MFU: bytes and FLOPs of each step from the model shape and the batch, over the step's GPU
   time and a peak figure (from the run config's `hardware` section, else H200 defaults).
 
@@ -24,7 +28,9 @@ import numpy as np
 from engine.loader import preset_shape, read_hf_shape
 from engine.models.llama import LlamaShape
 
-CPU_PHASES = ("schedule_ms", "prepare_ms", "sample_ms", "output_ms", "ipc_ms")
+STEP_PHASES = ("schedule_ms", "prepare_ms", "sample_ms", "output_ms", "ipc_ms")
+WAIT_PHASE = "sample_ms"  # the token readback: the host waits there for the GPU
+CPU_PHASES = tuple(phase for phase in STEP_PHASES if phase != WAIT_PHASE)
 # phases that run back to back from a step's t_start (ipc of a split core happens after t_end)
 IN_STEP_PHASES = ("schedule_ms", "prepare_ms", "sample_ms", "output_ms")
 BETWEEN_STEPS = "between_steps"  # the runner, the frontend and IPC: host time outside any step
@@ -117,7 +123,7 @@ def _gpu_seconds(row: dict[str, Any]) -> float | None:
 
 
 def cpu_ms(row: dict[str, Any]) -> float:
-    """Host time of one step's CPU phases."""
+    """The host's own work in one step: every timed phase but the readback wait."""
     return sum(row.get(phase) or 0.0 for phase in CPU_PHASES)
 
 
@@ -208,7 +214,8 @@ def _by_trial(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 
 def gpu_busy_fraction(rows: Sequence[dict[str, Any]]) -> float | None:
-    """Union of GPU intervals over wall time, each trial's span counted on its own."""
+    """GPU busy (step spans): union of the steps' GPU intervals over wall time, each trial's span
+    counted on its own."""
     busy = wall = 0.0
     timed = False
     for trial in _by_trial(rows):
@@ -226,7 +233,13 @@ def summarize_steps(rows: Sequence[dict[str, Any]], config: dict[str, Any] | Non
     """Headline numbers of a step log. `config` (the resolved run config) supplies the model shape
     and peak figures for MBU/MFU; without it they are None."""
     if not rows:
-        return {"num_steps": 0, "mean_step_ms": None, "mean_cpu_ms_per_step": None, "mean_gpu_ms": None}
+        return {
+            "num_steps": 0,
+            "mean_step_ms": None,
+            "mean_cpu_ms_per_step": None,
+            "mean_wait_ms": None,
+            "mean_gpu_ms": None,
+        }
     cpu = np.array([cpu_ms(r) for r in rows])
     forwards = sum(r.get("num_steps", 1) for r in rows)
     running = sum(r.get("num_running", 0) for r in rows)
@@ -238,8 +251,9 @@ def summarize_steps(rows: Sequence[dict[str, Any]], config: dict[str, Any] | Non
         "mean_cpu_ms_per_step": float(cpu.mean()),
         "mean_cpu_ms_per_forward": float(cpu.sum() / forwards) if forwards else None,
         "mean_cpu_ms_per_seq": float(cpu.sum() / running) if running else None,
+        "mean_wait_ms": float(np.mean([r.get(WAIT_PHASE) or 0.0 for r in rows])),
     }
-    for phase in CPU_PHASES:
+    for phase in STEP_PHASES:
         summary[f"mean_{phase}"] = float(np.mean([r.get(phase) or 0.0 for r in rows]))
     summary["mean_gpu_ms"] = float(np.mean(gpu)) if gpu else None
     summary["gpu_busy_fraction"] = gpu_busy_fraction(rows)

@@ -43,7 +43,8 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     add(plots.over_time(runs, out_dir), "Throughput, queue and KV cache over time")
     add(plots.step_timeline(runs, out_dir), "Per-step host phases vs GPU time", "No step log (steps.csv).")
     no_gpu = "No GPU timing in these runs (CPU run or step timing off): GPU busy is not shown."
-    add(plots.gpu_busy(runs, out_dir), "GPU busy over time", no_gpu)
+    busy = "GPU busy (step spans) over time; kernel-level busy is in a profile's kernel_busy_fraction"
+    add(plots.gpu_busy(runs, out_dir), busy, no_gpu)
     add(plots.utilization(runs, out_dir), "MBU and MFU per step", "No MBU/MFU columns in the step log.")
     for run in runs:
         add(plots.ablation_waterfall(run, out_dir), f"Ablation waterfall: {run.label}")

@@ -11,8 +11,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from llmbench.report.load import RunData
+from llmbench.step_stats import STEP_PHASES, WAIT_PHASE
 
-CPU_PHASES = ("schedule_ms", "prepare_ms", "sample_ms", "output_ms", "ipc_ms")
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
 HEADLINE_BARS = (
     ("output_throughput", "output tokens/s"),
@@ -96,8 +96,9 @@ def step_timeline(runs: list[RunData], out_dir: Path) -> Path | None:
     fig = Figure(figsize=(11, 3.2 * len(with_steps) + 0.5), layout="constrained")
     for ax, run in zip(np.atleast_1d(fig.subplots(len(with_steps), 1)), with_steps, strict=True):
         steps = _bucketed(run.steps)
-        phases = [p for p in CPU_PHASES if p in steps]
-        ax.stackplot(steps["step"], [steps[p] for p in phases], labels=[p[:-3] for p in phases], alpha=0.8)
+        phases = [p for p in STEP_PHASES if p in steps]
+        labels = [p[:-3] + (" (readback wait)" if p == WAIT_PHASE else "") for p in phases]
+        ax.stackplot(steps["step"], [steps[p] for p in phases], labels=labels, alpha=0.8)
         title = f"{_plain(run.label)}: host phases per step"
         if run.has_gpu_timing:
             ax.plot(steps["step"], steps["gpu_ms"], color="black", linewidth=1, label="GPU")
@@ -110,7 +111,7 @@ def step_timeline(runs: list[RunData], out_dir: Path) -> Path | None:
 
 
 def gpu_busy(runs: list[RunData], out_dir: Path) -> Path | None:
-    """Share of wall time the GPU spent in step work, per time bin."""
+    """Share of wall time inside steps' GPU spans (first event to last kernel), per time bin."""
     with_gpu = [run for run in runs if run.has_gpu_timing]
     if not with_gpu:
         return None
@@ -121,7 +122,12 @@ def gpu_busy(runs: list[RunData], out_dir: Path) -> Path | None:
         edges = _time_bins(steps["t_start"].min(), steps["t_end"].max())
         gpu_s, _ = np.histogram(steps["t_start"], bins=edges, weights=steps["gpu_ms"] / 1e3)
         ax.plot(edges[:-1], np.minimum(100 * gpu_s / np.diff(edges), 100), label=f"{_plain(run.label)}")
-    ax.set(title="GPU busy", ylabel="% of wall time", xlabel="time since run start (s)", ylim=(0, 105))
+    ax.set(
+        title="GPU busy (step spans)",
+        ylabel="% of wall time",
+        xlabel="time since run start (s)",
+        ylim=(0, 105),
+    )
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     return _save(fig, out_dir / "gpu_busy.png")

@@ -120,6 +120,7 @@ def test_step_summary():
     s = summarize_steps(rows)
     assert s["num_steps"] == 2
     assert s["mean_step_ms"] == pytest.approx(15.0)
-    assert s["mean_cpu_ms_per_step"] == pytest.approx(7.0)
+    assert s["mean_cpu_ms_per_step"] == pytest.approx(5.0)  # the sample phase is the wait, apart
+    assert s["mean_wait_ms"] == pytest.approx(2.0)
     assert s["mean_gpu_ms"] == pytest.approx(4.0)
     assert summarize_steps([])["num_steps"] == 0

@@ -111,6 +111,7 @@ def test_idle_gaps_are_charged_to_the_overlapping_host_phases():
 
 
 def test_cpu_overhead_per_step_forward_and_sequence():
+    # CPU overhead is schedule + prepare + output + ipc: 4 and 7 ms; the readback wait (sample) apart
     rows = [
         step(0, 0, 10, schedule_ms=1.0, prepare_ms=2.0, sample_ms=3.0, output_ms=1.0, num_running=4),
         step(1, 10, 30, schedule_ms=2.0, prepare_ms=2.0, sample_ms=1.0, output_ms=2.0, ipc_ms=1.0,
@@ -119,11 +120,12 @@ def test_cpu_overhead_per_step_forward_and_sequence():
     s = summarize_steps(rows)
     assert s["num_steps"] == 2 and s["num_forwards"] == 9
     assert s["mean_step_ms"] == pytest.approx(15.0)
-    assert s["mean_cpu_ms_per_step"] == pytest.approx(7.5)
-    assert s["mean_cpu_ms_per_forward"] == pytest.approx(15 / 9)
-    assert s["mean_cpu_ms_per_seq"] == pytest.approx(15 / 16)
+    assert s["mean_cpu_ms_per_step"] == pytest.approx(5.5)
+    assert s["mean_cpu_ms_per_forward"] == pytest.approx(11 / 9)
+    assert s["mean_cpu_ms_per_seq"] == pytest.approx(11 / 16)
+    assert s["mean_wait_ms"] == pytest.approx(2.0)
     assert s["mean_ipc_ms"] == pytest.approx(0.5) and s["mean_sample_ms"] == pytest.approx(2.0)
-    assert [derived_columns(r, None)["cpu_ms"] for r in rows] == [7.0, 8.0]
+    assert [derived_columns(r, None)["cpu_ms"] for r in rows] == [4.0, 7.0]
     assert summarize_steps([])["num_steps"] == 0
 
 
