@@ -1,6 +1,6 @@
 """Read the CSV tables `nsys stats --format csv` writes (nvtx_sum, cuda_gpu_kern_sum, cuda_api_sum)
 and fold them into the summary kept as profile.json: time per engine phase, top kernels, CUDA API
-totals, and the GPU idle time between steps."""
+totals, and how busy the kernels kept the GPU over the captured steps."""
 
 from __future__ import annotations
 
@@ -117,11 +117,15 @@ def summarize(nvtx: list[dict], kernels: list[dict], cuda_api: list[dict]) -> di
         "phases": _phases(ranges, steps["total_ms"]),
         "kernels": {"total_ms": kernel_ms, "count": sum(row["count"] for row in kernels), "top": top_kernels},
         "cuda_api": {"total_ms": api_ms, "count": sum(row["count"] for row in cuda_api), "top": top_api},
+        "kernel_busy_fraction": None,
         "gpu_idle": None,
     }
     if steps["total_ms"] > 0 and kernels:
-        # Host wall time of the captured steps minus GPU kernel time. An estimate: memcpy time
-        # counts as idle, and kernels overlapping on several streams count twice.
+        # Kernel time over the host wall time of the captured steps. Both are sums over the window,
+        # not a timeline: memcpy time counts as idle, kernels overlapping on several streams count
+        # twice, and kernels launched in the window but run after its last step (a GPU running
+        # behind the host, as with async output) count too, so a saturated GPU can read above 1.
+        summary["kernel_busy_fraction"] = kernel_ms / steps["total_ms"]
         idle = max(steps["total_ms"] - kernel_ms, 0.0)
         summary["gpu_idle"] = {
             "total_ms": idle,

@@ -39,6 +39,17 @@ def _nsys(profile: dict) -> str:
         "<p>Host time inside each NVTX phase range; share is of the steps' total.</p>",
         _table(["phase", "total ms", "count", "avg µs", "share of steps"], _timed_rows(profile["phases"])),
     ]
+    busy = profile.get("kernel_busy_fraction")
+    if busy is not None:
+        behind = (
+            " The GPU ran behind the host: work launched in the window ran past its last step."
+            if busy > 1
+            else ""
+        )
+        parts.append(
+            f"<p>GPU kernel busy: {busy * 100:.1f}% (kernel time / NVTX step time over the window, "
+            f"<code>kernel_busy_fraction</code>).{behind}</p>"
+        )
     idle = profile.get("gpu_idle")
     if idle is not None:
         parts.append(
