@@ -120,9 +120,8 @@ def gemv(
     if m == 0:
         return out
     block_m = triton.next_power_of_2(m)
+    # gated: a program's gate rows, then its up rows, each a tile of the plain launch's size
     block_n, block_k, warps = launch_config(block_m, weight.shape[0], k)
-    if gated:
-        block_n //= 2  # each program also owns the matching up rows
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x,
         weight,

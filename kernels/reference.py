@@ -64,6 +64,34 @@ def write_kv(
     v_cache.view(-1, num_kv_heads, head_dim)[slot_mapping] = v.to(v_cache.dtype)
 
 
+def rope_and_write_kv(
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_dim: int,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> torch.Tensor:
+    """RoPE on q and k, then k and v stored at their slots; returns the rotated q."""
+    q, k = rotary_embedding(positions, q, k, cos_sin_cache, head_dim)
+    num_kv_heads = k.shape[1] // head_dim
+    shape = (-1, num_kv_heads, head_dim)
+    write_kv(k.reshape(shape), v.reshape(shape), k_cache, v_cache, slot_mapping)
+    return q
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return F.linear(x, weight, bias)
+
+
+def linear_silu_and_mul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The MLP's fused gate-up projection followed by its activation."""
+    return silu_and_mul(F.linear(x, weight))
+
+
 def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
     """One sequence's first seq_len cached rows, [seq_len, Hkv, D]."""
     block_size = cache.shape[1]

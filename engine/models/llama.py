@@ -1,7 +1,7 @@
 """The Llama family (Llama 2/3, Mistral, Qwen2) in one file: a shape dataclass, named presets, and a model
-that runs flattened tokens of many sequences against a paged KV cache. Q/K/V and gate/up are fused into
-one matmul each (the loader concatenates HF's separate weights). Every non-matmul op comes from a backend
-module (kernels.reference or kernels.triton_ops) with identical signatures."""
+running flattened tokens of many sequences against a paged KV cache. Q/K/V and gate/up are fused (the loader
+concatenates HF's weights). Every op, matmuls included, comes from a backend module (kernels.reference or
+kernels.triton_ops, identical signatures; triton_ops adds GEMVs and fusions for decode)."""
 
 from __future__ import annotations
 
@@ -210,13 +210,12 @@ class Attention(nn.Module):
         cos_sin_cache: torch.Tensor,
     ) -> torch.Tensor:
         s, ops = self.shape, self.ops
-        q, k, v = self.qkv_proj(x).split([s.q_size, s.kv_size, s.kv_size], dim=-1)
-        q, k = ops.rotary_embedding(positions, q, k, cos_sin_cache, s.head_dim)
-        q = q.reshape(-1, s.num_heads, s.head_dim)
-        k = k.reshape(-1, s.num_kv_heads, s.head_dim)
-        v = v.reshape(-1, s.num_kv_heads, s.head_dim)
+        qkv = ops.linear(x, self.qkv_proj.weight, self.qkv_proj.bias)
+        q, k, v = qkv.split([s.q_size, s.kv_size, s.kv_size], dim=-1)
         k_cache, v_cache = kv_cache
-        ops.write_kv(k, v, k_cache, v_cache, attn.slot_mapping)
+        q = ops.rope_and_write_kv(
+            positions, q, k, v, cos_sin_cache, s.head_dim, k_cache, v_cache, attn.slot_mapping
+        ).reshape(-1, s.num_heads, s.head_dim)
         if attn.decode_only:
             out = ops.paged_decode_attention(
                 q, k_cache, v_cache, attn.block_tables, attn.seq_lens, self.scale
@@ -225,7 +224,7 @@ class Attention(nn.Module):
             out = ops.paged_prefill_attention(
                 q, k_cache, v_cache, attn.block_tables, attn.query_start_loc, attn.seq_lens, self.scale
             )
-        return self.o_proj(out.reshape(-1, s.q_size))
+        return ops.linear(out.reshape(-1, s.q_size), self.o_proj.weight)
 
 
 class MLP(nn.Module):
@@ -236,7 +235,8 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(shape.intermediate_size, shape.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+        activated = self.ops.linear_silu_and_mul(x, self.gate_up_proj.weight)
+        return self.ops.linear(activated, self.down_proj.weight)
 
 
 class DecoderLayer(nn.Module):
@@ -267,6 +267,7 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, shape: LlamaShape, ops: ModuleType = reference):
         super().__init__()
         self.shape = shape
+        self.ops = ops
         # the loader always sets the weights: skip nn.Embedding's init (slow under the meta device)
         self.embed_tokens = nn.Embedding(
             shape.vocab_size, shape.hidden_size, _weight=torch.empty(shape.vocab_size, shape.hidden_size)
@@ -295,4 +296,4 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits only for the rows that are sampled: the LM head is the largest matmul of a decode."""
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return nn.functional.linear(hidden, head)
+        return self.ops.linear(hidden, head)
