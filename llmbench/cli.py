@@ -1,21 +1,29 @@
 """The `llmbench` command. Each command parses its arguments and delegates; exit codes are
-0 success, 1 run failure, 2 bad config or usage (one line on stderr, no traceback)."""
+0 success, 1 run failure, 2 bad config or usage (one line on stderr, no traceback), 130 interrupted."""
 
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from engine.config import ConfigError
+from llmbench.cli_common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    NoReportOption,
+    SetOption,
+    VerboseOption,
+    exit_codes,
+    print_wide,
+    save_json,
+    show_report,
+)
 from llmbench.config import ConfigFileError, load_config
 from llmbench.console import RunProgress, console, metrics_table, setup_logging
 from llmbench.workload import WorkloadError
-
-logger = logging.getLogger("llmbench")
 
 app = typer.Typer(
     help="Benchmark and profile LLM inference; every optimization of the bundled engine can be switched.",
@@ -25,26 +33,17 @@ app = typer.Typer(
 )
 
 
-def usage_error(message: str) -> typer.Exit:
-    """Print a one-line user error and return the exit to raise (code 2)."""
-    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(2)
-
-
 @app.command()
 def run(
     config: Annotated[Path, typer.Argument(help="YAML run config, e.g. configs/quickstart.yaml")],
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a config value: key.path=value (repeatable)"),
-    ] = None,
+    set_: SetOption = None,
     out: Annotated[Path | None, typer.Option(help="Run directory (default: results/NAME-TIME)")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="Timed trials; metrics become their median")] = 1,
-    no_report: Annotated[bool, typer.Option("--no-report", help="Skip report.html and the plots")] = False,
+    no_report: NoReportOption = False,
     check: Annotated[
         bool, typer.Option("--check", help="Fail unless the engine ends empty (no request, no KV block)")
     ] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging")] = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Run a benchmark described by a YAML config and write its results.
 
@@ -57,37 +56,24 @@ def run(
     from llmbench.runner import run_benchmark
 
     setup_logging(verbose)
-    try:
+    with exit_codes((ConfigFileError,)):
         cfg = load_config(config, set_ or [])
-    except ConfigFileError as e:
-        raise usage_error(str(e)) from None
     run_dir = out or Path(cfg.output.dir or default_run_dir(cfg.name))
-    try:
+    # a ValueError: the model settings name something unusable (preset, path, device); Ctrl-C while
+    # loading: nothing measured yet
+    with exit_codes((ValueError,), f"{config.name}: ", interruptible=True):
         backend = make_backend(cfg)
-    except ValueError as e:  # the model settings name something unusable: preset, path, device
-        raise usage_error(f"{config.name}: {e}") from None
-    except KeyboardInterrupt:  # while loading: nothing measured yet
-        raise typer.Exit(130) from None
-    try:
-        with RunProgress() as progress:
-            result = run_benchmark(
-                cfg, run_dir, repeat=repeat, backend=backend, progress=progress, check=check
-            )
-    except (ConfigError, WorkloadError) as e:
-        raise usage_error(f"{config.name}: {e}") from None
-    except Exception:
-        logger.exception("run failed; results measured so far are in %s", run_dir)
-        raise typer.Exit(1) from None
+    failure = f"run failed; results measured so far are in {run_dir}"
+    with exit_codes((ConfigError, WorkloadError), f"{config.name}: ", failure), RunProgress() as progress:
+        result = run_benchmark(cfg, run_dir, repeat=repeat, backend=backend, progress=progress, check=check)
     console.print(metrics_table(result.summary))
     console.print(f"results: {result.run_dir}", highlight=False)
     if cfg.output.report and not no_report:
-        from llmbench.report import write_report
-
-        console.print(f"report: {write_report([result.run_dir], result.run_dir)}", highlight=False)
+        show_report(result.run_dir)
     if result.interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(EXIT_INTERRUPTED)
     if result.stopped:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILURE)
 
 
 @app.command()
@@ -99,13 +85,10 @@ def ablate(
     leave_one_out: Annotated[
         bool, typer.Option("--leave-one-out", help="Also run all on with each toggle off")
     ] = False,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a config value: key.path=value (repeatable)"),
-    ] = None,
+    set_: SetOption = None,
     out: Annotated[Path | None, typer.Option(help="Directory (default: results/NAME-ablation-TIME)")] = None,
-    no_report: Annotated[bool, typer.Option("--no-report", help="Skip report.html and the plots")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging")] = False,
+    no_report: NoReportOption = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Run a workload with every optimization off, then add them one at a time; write ablation.json.
 
@@ -113,32 +96,20 @@ def ablate(
 
         llmbench ablate configs/ci.yaml --order process_split,num_scheduler_steps --leave-one-out
     """
-    from rich.console import Console
-
     from llmbench.ablate import AblationError, ablation_table, run_ablation
 
     setup_logging(verbose)
-    try:
-        with RunProgress() as progress:
-            result = run_ablation(config, set_ or [], order, leave_one_out, out, progress)
-    except (AblationError, ConfigFileError, ConfigError, WorkloadError) as e:
-        raise usage_error(str(e)) from None
-    except KeyboardInterrupt:  # while loading a variant's model
-        raise typer.Exit(130) from None
-    except Exception:
-        logger.exception("ablation failed; variants measured so far are in %s", out or "results/")
-        raise typer.Exit(1) from None
-    table = ablation_table(result.ablation)
-    # never fold the numbers: CI logs report an 80-column console
-    natural = console.measure(table, options=console.options.update_width(1000)).maximum
-    Console(width=max(console.width, natural)).print(table)
+    user_errors = (AblationError, ConfigFileError, ConfigError, WorkloadError)
+    failure = f"ablation failed; variants measured so far are in {out or 'results/'}"
+    # Ctrl-C while a variant's model loads; during a run, run_benchmark keeps what it measured
+    with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
+        result = run_ablation(config, set_ or [], order, leave_one_out, out, progress)
+    print_wide(ablation_table(result.ablation))
     console.print(f"results: {result.out_dir}", highlight=False)
     if not no_report and (result.out_dir / "summary.json").is_file():
-        from llmbench.report import write_report
-
-        console.print(f"report: {write_report([result.out_dir], result.out_dir)}", highlight=False)
+        show_report(result.out_dir)
     if result.interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(EXIT_INTERRUPTED)
 
 
 @app.command()
@@ -161,24 +132,16 @@ def soak(
 
         llmbench soak --requests 10000 --blocks 64 --out results/cpu/soak.json
     """
-    import sys
-
-    from llmbench.results import write_atomic
     from llmbench.soak import SoakError, run_soak, soak_engine_config, soak_table
 
     setup_logging()
-    try:
-        config = soak_engine_config(set_ or [], blocks)
-    except (SoakError, ConfigError) as e:
-        raise usage_error(str(e)) from None
-    result = run_soak(config, requests, seed)
+    with exit_codes((SoakError, ConfigError)):
+        engine_config = soak_engine_config(set_ or [], blocks)
+    result = run_soak(engine_config, requests, seed)
     console.print(soak_table(result))
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        data = {"command": " ".join(["llmbench", *sys.argv[1:]]), **result.to_dict()}
-        write_atomic(out, json.dumps(data, indent=2) + "\n")
-        console.print(f"results: {out}", highlight=False)
-    raise typer.Exit(0 if result.passed else 1)
+        save_json(out, result.to_dict())
+    raise typer.Exit(0 if result.passed else EXIT_FAILURE)
 
 
 @app.command()
@@ -212,22 +175,14 @@ def kernels(
 
         llmbench kernels --out results/h200/kernels.json
     """
-    import sys
-
     from llmbench.kernel_bench import KernelBenchError, result_table, run_kernel_bench
-    from llmbench.results import write_atomic
 
     setup_logging()
-    try:
+    with exit_codes((KernelBenchError,)):
         result = run_kernel_bench(dtype)
-    except KernelBenchError as e:
-        raise usage_error(str(e)) from None
-    result = {"command": " ".join(["llmbench", *sys.argv[1:]]), **result}
     console.print(result_table(result))
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(out, json.dumps(result, indent=2) + "\n")
-        console.print(f"results: {out}", highlight=False)
+        save_json(out, result)
 
 
 @app.command()
@@ -246,10 +201,8 @@ def report(
     from llmbench.report import ReportError, default_report_dir, write_report
 
     setup_logging()
-    try:
+    with exit_codes((ReportError,)):
         path = write_report(run_dirs, out or default_report_dir(run_dirs))
-    except ReportError as e:
-        raise usage_error(str(e)) from None
     console.print(f"report: {path}", highlight=False)
 
 
@@ -271,20 +224,13 @@ def compare(
 
         llmbench compare results/baselines/ci results/ci-run --metric steps.mean_cpu_ms_per_step:150%
     """
-    from rich.console import Console
-
     from llmbench.compare import CompareError, compare_runs, has_regression, verdict_table
 
     setup_logging()
-    try:
+    with exit_codes((CompareError,)):
         verdicts = compare_runs(baseline, current, metric, json_out)
-    except CompareError as e:
-        raise usage_error(str(e)) from None
-    table = verdict_table(verdicts)
-    # never fold the numbers: CI logs report an 80-column console
-    natural = console.measure(table, options=console.options.update_width(1000)).maximum
-    Console(width=max(console.width, natural)).print(table)
-    raise typer.Exit(1 if has_regression(verdicts) else 0)
+    print_wide(verdict_table(verdicts))
+    raise typer.Exit(EXIT_FAILURE if has_regression(verdicts) else 0)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -300,14 +246,11 @@ def profile(
     steps: Annotated[
         str | None, typer.Option(help="Engine steps A:B to capture, B excluded (default: all)")
     ] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a config value: key.path=value (repeatable)"),
-    ] = None,
+    set_: SetOption = None,
     out: Annotated[
         Path | None, typer.Option(help="Run directory (default: results/CONFIG-TOOL-TIME)")
     ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging")] = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Run a config with a profiler on chosen engine steps; writes profile.json and report.html.
 
@@ -318,19 +261,12 @@ def profile(
         llmbench profile configs/quickstart.yaml --torch --steps 5:10
     """
     from llmbench.profiling.profile_run import profile_run
-    from llmbench.profiling.window import ProfileError, parse_steps
+    from llmbench.profiling.window import ProfileError, parse_steps, pick_tool
 
     setup_logging(verbose)
-    if use_nsys == use_torch:
-        raise usage_error("choose one profiler: --nsys or --torch")
-    try:
-        tool = "nsys" if use_nsys else "torch"
+    with exit_codes((ProfileError, ConfigFileError), failure="profile failed"):
+        tool = pick_tool(use_nsys, use_torch)
         run_dir = profile_run(config, tool, parse_steps(steps), out, set_ or [], ctx.args)
-    except (ProfileError, ConfigFileError) as e:
-        raise usage_error(str(e)) from None
-    except Exception:
-        logger.exception("profile failed")
-        raise typer.Exit(1) from None
     console.print(f"profile: {run_dir / 'profile.json'}\nreport: {run_dir / 'report.html'}", highlight=False)
 
 

@@ -35,6 +35,13 @@ class StepRange:
         return step >= self.start and (self.stop is None or step < self.stop)
 
 
+def pick_tool(nsys: bool, torch: bool) -> str:
+    """The profiler the command's flags name; exactly one must be set."""
+    if nsys == torch:
+        raise ProfileError("choose one profiler: --nsys or --torch")
+    return "nsys" if nsys else "torch"
+
+
 def parse_steps(text: str | None) -> StepRange:
     """'A:B' (steps A..B-1), 'A:' (A to the end) or None (every step)."""
     if text is None:
