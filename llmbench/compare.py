@@ -7,15 +7,16 @@ import json
 import logging
 import math
 import re
+import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rich import box
 from rich.table import Table
 
-from llmbench.metrics import summarize_steps
 from llmbench.results import load_steps
 from llmbench.stats import bootstrap_ratio_ci, mann_whitney_greater, ratio
+from llmbench.step_stats import summarize_steps
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def _judge(check: MetricCheck, baseline: dict, current: dict) -> Verdict:
     base_trials, cur_trials = _trial_values(baseline, check.name), _trial_values(current, check.name)
     ci_low = ci_high = p_value = None
     if base_trials and cur_trials:
-        base_value, cur_value = _median(base_trials), _median(cur_trials)
+        base_value, cur_value = statistics.median(base_trials), statistics.median(cur_trials)
         low, high = bootstrap_ratio_ci(base_trials, cur_trials)
         ci_low, ci_high = low - 1, high - 1
         least_bad, most_bad = sorted((worsening(low), worsening(high)))
@@ -205,12 +206,6 @@ def _judge(check: MetricCheck, baseline: dict, current: dict) -> Verdict:
         trials=(len(base_trials), len(cur_trials)),
         verdict=verdict,
     )
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def compare_runs(

@@ -14,7 +14,6 @@ import numpy as np
 
 from llmbench.config import SloConfig
 from llmbench.results import RequestRecord
-from llmbench.step_stats import summarize_steps as summarize_steps  # re-exported: callers predate step_stats
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 

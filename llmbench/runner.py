@@ -21,9 +21,10 @@ from llmbench.backends import Backend, make_backend
 from llmbench.config import RunConfig
 from llmbench.console import RunProgress
 from llmbench.env import collect_environment
-from llmbench.metrics import compute_metrics, summarize_steps
+from llmbench.metrics import compute_metrics
 from llmbench.profiling.window import ProfileWindow, window_from_env
 from llmbench.results import RequestRecord, ResultWriter, build_summary
+from llmbench.step_stats import summarize_steps
 from llmbench.workload import Workload, WorkloadRequest, build_workload
 
 logger = logging.getLogger(__name__)

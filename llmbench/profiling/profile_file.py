@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
+
+from llmbench.results import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -16,9 +17,7 @@ SCHEMA_VERSION = 1
 def write_profile(run_dir: Path, profile: dict) -> Path:
     """Written atomically, like summary.json: a reader never sees half a file."""
     path = Path(run_dir) / PROFILE_FILE
-    temporary = path.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps({"schema_version": SCHEMA_VERSION, **profile}, indent=1) + "\n")
-    os.replace(temporary, path)
+    write_atomic(path, json.dumps({"schema_version": SCHEMA_VERSION, **profile}, indent=1) + "\n")
     logger.info("profile summary written to %s", path)
     return path
 

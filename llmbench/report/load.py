@@ -16,8 +16,9 @@ import pandas as pd
 import yaml
 
 from llmbench.config import SloConfig
-from llmbench.metrics import compute_metrics, latency_samples, median_over_trials, summarize_steps
+from llmbench.metrics import compute_metrics, latency_samples, median_over_trials
 from llmbench.results import RequestRecord
+from llmbench.step_stats import summarize_steps
 
 log = logging.getLogger(__name__)
 

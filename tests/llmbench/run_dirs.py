@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from llmbench.config import SloConfig
-from llmbench.metrics import compute_metrics, summarize_steps
+from llmbench.metrics import compute_metrics
 from llmbench.results import RequestRecord, build_summary
+from llmbench.step_stats import summarize_steps
 
 STEP_S = 0.01
 PERCENTILES = [50.0, 90.0, 95.0, 99.0]

@@ -3,8 +3,9 @@ import math
 import pytest
 
 from llmbench.config import SloConfig
-from llmbench.metrics import arrival_gaps, compute_metrics, median_over_trials, summarize_steps
+from llmbench.metrics import arrival_gaps, compute_metrics, median_over_trials
 from llmbench.results import RequestRecord
+from llmbench.step_stats import summarize_steps
 
 PCTS = [50, 90, 99]
 
