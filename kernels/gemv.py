@@ -18,7 +18,38 @@ MAX_ROWS = 8  # the kernel's limit; linear() in triton_ops decides where it pays
 
 
 @triton.jit
-def _rows_times_x(
+def _load_tiles(
+    x_ptr, w_rows, m, k, start, stride_x, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr
+):
+    """x [BLOCK_M, BLOCK_K] and w [BLOCK_N, BLOCK_K] at column `start`, as float32."""
+    offs_m = tl.arange(0, BLOCK_M)
+    cols = start + tl.arange(0, BLOCK_K)
+    x_ptrs = x_ptr + offs_m[:, None] * stride_x + cols[None, :]
+    # the weight is read exactly once: keep it from evicting activations in L2
+    if EVEN_K:
+        x = tl.load(x_ptrs, mask=offs_m[:, None] < m, other=0.0)
+        w = tl.load(w_rows + cols[None, :], eviction_policy="evict_first")
+    else:
+        in_k = cols[None, :] < k
+        x = tl.load(x_ptrs, mask=(offs_m[:, None] < m) & in_k, other=0.0)
+        w = tl.load(w_rows + cols[None, :], mask=in_k, other=0.0, eviction_policy="evict_first")
+    return x.to(tl.float32), w.to(tl.float32)
+
+
+@triton.jit
+def _one_row_times_w(
+    x_ptr, w_rows, m, k, stride_x, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
+):
+    """[1, BLOCK_N]: one x row against the weight rows; a 2D accumulator in the weight tile's layout."""
+    acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+    for start in range(0, k, BLOCK_K):
+        x, w = _load_tiles(x_ptr, w_rows, m, k, start, stride_x, EVEN_K, 1, BLOCK_K)
+        acc += w * x
+    return tl.sum(acc, 1)[None, :]
+
+
+@triton.jit
+def _rows_times_w(
     x_ptr,
     w_rows,
     m,
@@ -29,32 +60,31 @@ def _rows_times_x(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    """[BLOCK_M, BLOCK_N] float32: x rows against the weight rows at w_rows [BLOCK_N, 1] pointers."""
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_k = tl.arange(0, BLOCK_K)
-    if BLOCK_M == 1:
-        # one row: a 2D accumulator in the weight tile's own layout, no broadcast across rows
-        acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    else:
-        acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
+    """[BLOCK_M, BLOCK_N]: several x rows against the weight rows, broadcast over a 3D accumulator."""
+    acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
     for start in range(0, k, BLOCK_K):
-        cols = start + offs_k
-        x_ptrs = x_ptr + offs_m[:, None] * stride_x + cols[None, :]
-        # the weight is read exactly once: keep it from evicting activations in L2
-        if EVEN_K:
-            x = tl.load(x_ptrs, mask=offs_m[:, None] < m, other=0.0)
-            w = tl.load(w_rows + cols[None, :], eviction_policy="evict_first")
-        else:
-            in_k = cols[None, :] < k
-            x = tl.load(x_ptrs, mask=(offs_m[:, None] < m) & in_k, other=0.0)
-            w = tl.load(w_rows + cols[None, :], mask=in_k, other=0.0, eviction_policy="evict_first")
-        if BLOCK_M == 1:
-            acc += w.to(tl.float32) * x.to(tl.float32)
-        else:
-            acc += w[None, :, :].to(tl.float32) * x.to(tl.float32)[:, None, :]
-    if BLOCK_M == 1:
-        return tl.sum(acc, 1)[None, :]
+        x, w = _load_tiles(x_ptr, w_rows, m, k, start, stride_x, EVEN_K, BLOCK_M, BLOCK_K)
+        acc += w[None, :, :] * x[:, None, :]
     return tl.sum(acc, 2)
+
+
+@triton.jit
+def _dot_rows(
+    x_ptr,
+    w_rows,
+    m,
+    k,
+    stride_x,
+    EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    if BLOCK_M == 1:
+        out = _one_row_times_w(x_ptr, w_rows, m, k, stride_x, EVEN_K, BLOCK_N, BLOCK_K)
+    else:
+        out = _rows_times_w(x_ptr, w_rows, m, k, stride_x, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+    return out
 
 
 @triton.jit
@@ -79,11 +109,11 @@ def _gemv_kernel(
     # rows past n re-read row n-1 and are never stored: the hot loop carries no row mask
     safe_rows = tl.minimum(rows, n - 1).to(tl.int64)
     w_rows = w_ptr + safe_rows[:, None] * k
-    out = _rows_times_x(x_ptr, w_rows, m, k, stride_x, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+    out = _dot_rows(x_ptr, w_rows, m, k, stride_x, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
     if HAS_BIAS:
         out += tl.load(bias_ptr + safe_rows).to(tl.float32)[None, :]
     if GATED:
-        up = _rows_times_x(x_ptr, w_rows + n * k, m, k, stride_x, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+        up = _dot_rows(x_ptr, w_rows + n * k, m, k, stride_x, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
         out = out * tl.sigmoid(out) * up
     offs_m = tl.arange(0, BLOCK_M)
     out_mask = (offs_m[:, None] < m) & (rows[None, :] < n)
@@ -92,14 +122,15 @@ def _gemv_kernel(
 
 
 def launch_config(block_m: int, n: int, k: int) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_warps). About 32 float32 accumulators per thread whatever M is; wide
-    layers (many programs) fill the chip with smaller programs, narrow ones want long K runs in flight.
+    """(BLOCK_N, BLOCK_K, num_warps). Wide layers (many programs) fill the chip with smaller programs,
+    narrow ones want long K runs in flight.
     Picked from Triton GEMV timings on an H200 at one row (results/h200/decode_bs1.json)."""
     if n >= 16384:
         block_n, block_k, warps = 16, 256, 4
     else:
         block_n, block_k, warps = 16, 512, 8
-    block_k = max(16, block_k // block_m)
+    # up to 64 accumulators a thread past one row: more rows shorten the K run, not the row tile
+    block_k = max(16, block_k // max(1, block_m // 2))
     return block_n, min(block_k, triton.next_power_of_2(k)), warps
 
 
