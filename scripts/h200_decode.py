@@ -235,7 +235,6 @@ def main() -> None:
     engine.config.async_output = True
     measure("cuda_graphs_8_steps_async")
     engine.shutdown()
-    gemv_rows = gemv_bandwidth(shape)
 
     roofline_ms = weight_bytes / copy_gbs / 1e6
     best_mode = min((m for m in wall if m != "eager"), key=wall.get)
@@ -263,10 +262,12 @@ def main() -> None:
         "graph_replay_gpu_ms": replay_ms,
         "graph_replay_gb_per_s": step_bytes / replay_ms / 1e6,
         "meets_target": 1e3 / wall[best_mode] >= target,
-        "matmuls_cublas_vs_gemv": gemv_rows,
         "eager_decode_kernel_breakdown": breakdown,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))  # the engine figures, should the rest time out
+    gemv_rows = gemv_bandwidth(shape)
+    result["matmuls_cublas_vs_gemv"] = gemv_rows
     args.out.write_text(json.dumps(result, indent=2))
     for row in breakdown[:14]:
         print(row)
