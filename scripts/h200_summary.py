@@ -24,10 +24,11 @@ def main() -> None:
     summary: dict = {"command": "bash scripts/h200_measure.sh " + str(out)}
     rows = []
     if decode:
-        tps = max(decode["tokens_per_s"]["cuda_graphs"], decode["tokens_per_s"].get("cuda_graphs_8_steps", 0))
+        mode = decode["best_mode"]
+        tps = decode["tokens_per_s"][mode]
         target = max(225.0, decode["target_tokens_per_s"])
-        summary["bs1_decode"] = {"tokens_per_s": tps, "target": target, "met": tps >= target}
-        rows.append(("bs1 decode, best with graphs (tok/s)", f"{tps:.1f}", f">= {target:.0f}", tps >= target))
+        summary["bs1_decode"] = {"tokens_per_s": tps, "mode": mode, "target": target, "met": tps >= target}
+        rows.append((f"bs1 decode, best ({mode}) tok/s", f"{tps:.1f}", f">= {target:.0f}", tps >= target))
         for mode, value in decode["tokens_per_s"].items():
             rows.append((f"  {mode} (tok/s)", f"{value:.1f}", "", None))
         frac = tps * decode["roofline_ms_per_token"] / 1e3
