@@ -41,7 +41,7 @@ def load_model(config: ModelConfig, ops: ModuleType = reference) -> LlamaForCaus
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     path = Path(config.path) if config.path else None
-    shape = read_hf_shape(path) if path else preset_shape(config.preset)
+    shape = model_shape(config)
     # build on meta so a large model is never materialized twice (or in float32 first)
     with torch.device("meta"):
         model = LlamaForCausalLM(shape, ops)
@@ -58,13 +58,19 @@ def load_model(config: ModelConfig, ops: ModuleType = reference) -> LlamaForCaus
     return model.eval().requires_grad_(False)
 
 
-def preset_shape(name: str | None) -> LlamaShape:
+def model_shape(config: ModelConfig) -> LlamaShape:
+    """The shape the config names: read from the model directory's config.json when a path is given
+    (it wins over the preset), else the preset's. Reads no weights."""
+    return _read_hf_shape(Path(config.path)) if config.path else _preset_shape(config.preset)
+
+
+def _preset_shape(name: str | None) -> LlamaShape:
     if name not in PRESETS:
         raise ValueError(f"model.preset: unknown model preset {name!r}; presets: {', '.join(PRESETS)}")
     return PRESETS[name]
 
 
-def read_hf_shape(path: Path) -> LlamaShape:
+def _read_hf_shape(path: Path) -> LlamaShape:
     if not path.is_dir():
         raise ValueError(f"model.path: {path} is not a directory")
     config_file = path / "config.json"

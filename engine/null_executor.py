@@ -5,15 +5,13 @@ bookkeeping, output processing) on any machine."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from engine.batch import ScheduledBatch
 from engine.config import EngineConfig
-from engine.loader import preset_shape, read_hf_shape
-from engine.models.llama import LlamaShape
+from engine.loader import model_shape
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +20,7 @@ _MAX_DEFAULT_BLOCKS = 1 << 18
 
 class NullExecutor:
     def __init__(self, config: EngineConfig):
-        self.shape = self._shape(config)
+        self.shape = model_shape(config.model)
         self.max_model_len = config.max_model_len or self.shape.max_position_embeddings
         if self.max_model_len > self.shape.max_position_embeddings:
             raise ValueError(
@@ -32,12 +30,6 @@ class NullExecutor:
         self.num_blocks = self._num_blocks(config)
         self.device = torch.device("cpu")
         logger.info("null executor: %d KV blocks, max_model_len %d", self.num_blocks, self.max_model_len)
-
-    @staticmethod
-    def _shape(config: EngineConfig) -> LlamaShape:
-        if config.model.path is not None:
-            return read_hf_shape(Path(config.model.path))
-        return preset_shape(config.model.preset)
 
     def _num_blocks(self, config: EngineConfig) -> int:
         """Sized as the model runner would for the same settings, so preemption behaves alike."""

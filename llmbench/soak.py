@@ -9,7 +9,6 @@ import dataclasses
 import logging
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ from rich.table import Table
 from engine.check import assert_block_manager_consistent, assert_engine_empty
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.loader import preset_shape, read_hf_shape
+from engine.loader import model_shape
 from engine.request import FinishReason, SamplingParams
 from llmbench.config import parse_config
 
@@ -197,9 +196,7 @@ def _blocks_per_request(config: EngineConfig) -> int:
 
 def _vocab_size(config: EngineConfig) -> int:
     try:
-        if config.model.path is not None:
-            return read_hf_shape(Path(config.model.path)).vocab_size
-        return preset_shape(config.model.preset).vocab_size
+        return model_shape(config.model).vocab_size
     except (OSError, ValueError) as e:
         raise SoakError(f"model: {e}") from None
 

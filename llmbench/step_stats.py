@@ -20,12 +20,12 @@ import math
 import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from engine.loader import preset_shape, read_hf_shape
+from engine.config import ModelConfig
+from engine.loader import model_shape
 from engine.models.llama import LlamaShape
 
 STEP_PHASES = ("schedule_ms", "prepare_ms", "sample_ms", "output_ms", "ipc_ms")
@@ -55,9 +55,7 @@ class StepCosts:
         be read (e.g. a model path that no longer exists)."""
         model = config.get("model") or {}
         try:
-            shape = (
-                read_hf_shape(Path(model["path"])) if model.get("path") else preset_shape(model.get("preset"))
-            )
+            shape = model_shape(ModelConfig(preset=model.get("preset"), path=model.get("path")))
         except ValueError:
             return None
         hardware = config.get("hardware") or {}

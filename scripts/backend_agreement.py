@@ -21,7 +21,7 @@ from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.config import EngineConfig, ModelConfig
 from engine.input_batch import prepare_inputs
 from engine.llm_engine import LLMEngine
-from engine.loader import load_model, preset_shape
+from engine.loader import load_model, model_shape
 from engine.request import SamplingParams
 from kernels import reference, triton_ops
 
@@ -121,7 +121,7 @@ def main() -> None:
             attention_backend=backend,
         )
 
-    prompts, params = requests(args.num_requests, preset_shape(args.preset).vocab_size)
+    prompts, params = requests(args.num_requests, model_shape(ModelConfig(preset=args.preset)).vocab_size)
     triton_out = generate(config("triton", cuda_graphs=args.device == "cuda"), prompts, params)
     torch_out = generate(config("torch", cuda_graphs=False), prompts, params)
     check = logits_check(args.preset, args.device, prompts[:16])

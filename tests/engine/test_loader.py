@@ -7,7 +7,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.config import ModelConfig
-from engine.loader import load_model
+from engine.loader import load_model, model_shape
+from engine.models.llama import PRESETS
 from tests.engine.test_model_hf import VARIANTS, PagedRun, hf_logits, hf_model, prompts
 
 
@@ -61,6 +62,13 @@ def test_presets_are_seeded():
     assert a.embed_tokens.weight.dtype == torch.float32  # auto on CPU
     assert abs(a.embed_tokens.weight.std().item() - 0.02) < 0.002
     assert torch.equal(a.norm.weight, torch.ones(64))
+
+
+def test_model_shape_reads_the_directory_over_the_preset_without_weights(saved_llama, tmp_path):
+    (tmp_path / "config.json").write_text((saved_llama[1] / "config.json").read_text())
+    shape = model_shape(ModelConfig(preset="llama3-8b", path=str(tmp_path)))
+    assert (shape.num_kv_heads, shape.vocab_size) == (2, 512)
+    assert model_shape(ModelConfig(preset="llama3-8b")) is PRESETS["llama3-8b"]
 
 
 def test_unknown_preset_lists_presets():
