@@ -43,6 +43,7 @@ class EngineCoreClient:
         self._commands: list[tuple] = []
         self._outputs: list[RequestOutput] = []
         self._records: list[StepRecord] | None = None  # set by a drain's reply
+        self._check_replies: list[str | None] = []  # a check's reply: failure text or None
         self._unfinished: Counter[str] = Counter()  # a duplicate id is live twice until both finish
         self._closed = False
         self.executor: ExecutorInfo | None = None
@@ -102,6 +103,15 @@ class EngineCoreClient:
         records, self._records = self._records, None
         return records
 
+    def check_empty(self) -> str | None:
+        """Runs engine.check.assert_engine_empty in the core, after every command sent before: None
+        when no request is left and every KV block is free, else what is wrong."""
+        self._commands.append(("check",))
+        self._flush()
+        while not self._check_replies:
+            self._receive(timeout_ms=None)
+        return self._check_replies.pop()
+
     def shutdown(self) -> None:
         if self._closed:
             return
@@ -157,6 +167,8 @@ class EngineCoreClient:
                 self._outputs.append(output)
         elif kind == "records":
             self._records = [record_from_row(row) for row in payload]
+        elif kind == "checked":
+            self._check_replies.append(payload)
         elif kind == "ready":
             self.executor = ExecutorInfo(*payload)
         elif kind == "error":

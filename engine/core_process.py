@@ -4,9 +4,10 @@ GIL. Frontend and core talk over two ZeroMQ PUSH/PULL pipes on ipc:// sockets, o
 of plain tuples per message.
 
 frontend -> core: the EngineConfig first, then a list of commands per message:
-    ("add", id, prompt, params, arrival_time), ("abort", id), ("drain",), ("shutdown",)
+    ("add", id, prompt, params, arrival_time), ("abort", id), ("drain",), ("check",), ("shutdown",)
 core -> frontend: ("ready", ExecutorInfo fields) once, ("outputs", [row, ...]) after every step that
-    produced any, ("records", [row, ...]) answering a drain, ("error", (type, message, traceback))"""
+    produced any, ("records", [row, ...]) answering a drain, ("checked", failure text or None)
+    answering a check, ("error", (type, message, traceback))"""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from typing import Any
 
 import zmq
 
+from engine.check import assert_engine_empty
 from engine.config import EngineConfig
 from engine.models.llama import LlamaShape
 from engine.request import RequestOutput
@@ -157,10 +159,21 @@ class _CoreLoop:
                 record.ipc_ms = self.ipc_ms.get(record.step, 0.0)
             self.ipc_ms.clear()  # every step so far is drained
             self.push.send(pack("records", [record_row(r) for r in records]))
+        elif kind == "check":
+            self.push.send(pack("checked", self._empty_check_failure()))
         elif kind == "shutdown":
             self.running = False
         else:
             raise ValueError(f"unknown engine core command {kind!r}")
+
+    def _empty_check_failure(self) -> str | None:
+        """What assert_engine_empty finds wrong here, where the scheduler and the KV pool live."""
+        try:
+            assert_engine_empty(self.engine)
+        except AssertionError as e:
+            # a bare assert has no message: its traceback names the failed condition
+            return str(e) or traceback.format_exc()
+        return None
 
 
 if __name__ == "__main__":

@@ -37,8 +37,10 @@ class BundledBackend:
     def check_empty(self) -> None:
         if isinstance(self.engine, LLMEngine):
             assert_engine_empty(self.engine)
-        else:  # split: the KV pool lives in the core's process; from here only requests are visible
+        else:  # split: the scheduler and the KV pool live in the core's process, so it checks itself
             assert not self.engine.has_unfinished(), "the engine core still holds requests"
+            failure = self.engine.check_empty()
+            assert failure is None, f"engine core: {failure}"
 
     def has_unfinished(self) -> bool:
         return self.engine.has_unfinished()

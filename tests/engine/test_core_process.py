@@ -84,6 +84,20 @@ def test_abort_and_bad_requests_finish_alone(client):
     assert finished["short"].finish_reason is FinishReason.LENGTH and len(finished["short"].token_ids) == 3
 
 
+def test_check_empty_runs_in_the_core_and_reports_a_running_request(client):
+    run_to_completion(client, [[3, 4, 5, 6]], SamplingParams(max_tokens=5))
+    assert client.check_empty() is None  # every request finished, every KV block back in the pool
+    client.add_request("held", list(range(3, 40)), SamplingParams(max_tokens=1000, ignore_eos=True))
+    while not any(o.request_id == "held" for o in client.step()):
+        pass  # the core has scheduled it: it now holds KV blocks
+    failure = client.check_empty()
+    assert failure.startswith("running: [Sequence('held', ") and failure.endswith(", running)]")
+    client.abort("held")
+    while client.has_unfinished():
+        client.step()
+    assert client.check_empty() is None  # the abort gave its blocks back
+
+
 def test_shutdown_leaves_no_process():
     core = EngineCoreClient(EngineConfig(**TINY, process_split=True))
     pid = core._process.pid

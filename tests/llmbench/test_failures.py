@@ -120,8 +120,9 @@ def test_max_error_rate_above_the_failures_lets_the_run_finish(tmp_path, null_co
     assert load_summary(out)["complete"] is True
 
 
-def test_check_passes_on_a_clean_run(tmp_path, null_config_file):
-    result = run_cli(null_config_file, tmp_path / "r", "--check")
+@pytest.mark.parametrize("overrides", [[], ["engine.process_split=true"]], ids=["in-process", "split"])
+def test_check_passes_on_a_clean_run(tmp_path, null_config_file, overrides):
+    result = run_cli(null_config_file, tmp_path / "r", "--check", *sets(overrides))
     assert result.exit_code == 0, result.output
     assert load_summary(tmp_path / "r")["complete"] is True
 
