@@ -132,7 +132,6 @@ def _run_trials(state: _RunState, workloads: list[Workload], trial_metrics: list
 def _run_phase(
     state: _RunState, requests: list[WorkloadRequest], trial: int, warmup: bool, label: str
 ) -> None:
-    backend = state.backend
     limit = state.config.workload.max_concurrency
     timeout = state.config.workload.request_timeout_s
     max_error_rate = None if warmup else state.config.output.max_error_rate
@@ -161,9 +160,7 @@ def _run_phase(
                 time.sleep(max(0.0, phase_start + pending[0].arrival_time - time.perf_counter()))
                 continue
             was_full = limit is not None and len(live) >= limit
-            if state.window is not None:
-                state.window.before_step()
-            outputs = backend.poll()
+            outputs = _poll(state)
             arrival = time.perf_counter()
             for output in outputs:
                 record = live.get(output.request_id)
@@ -189,7 +186,7 @@ def _run_phase(
                 _flush_steps(state, trial, warmup)
                 last_flush = arrival
         if aborted:
-            _drain(backend)
+            _drain(state)
         _flush_steps(state, trial, warmup)
     except BaseException:
         # keep what the unfinished requests got so far; their finish_reason stays None
@@ -246,10 +243,17 @@ def _abort_overdue(state: _RunState, live: dict[str, RequestRecord], cutoff: flo
     return len(overdue)
 
 
-def _drain(backend: Backend) -> None:
+def _poll(state: _RunState) -> list[RequestOutput]:
+    """One engine step (in-process), counted by the profile window like every other step."""
+    if state.window is not None:
+        state.window.before_step()
+    return state.backend.poll()
+
+
+def _drain(state: _RunState) -> None:
     """Step until timed-out requests have left the backend, so the next phase starts from an empty one."""
-    while backend.has_unfinished():
-        backend.poll()
+    while state.backend.has_unfinished():
+        _poll(state)
 
 
 def _finish(state: _RunState, record: RequestRecord) -> None:

@@ -8,12 +8,14 @@ import pytest
 from typer.testing import CliRunner
 
 import llmbench.backends
+import llmbench.runner
 from engine.request import SamplingParams
 from llmbench.backends.bundled import BundledBackend
 from llmbench.cli import app
 from llmbench.config import parse_config
 from llmbench.metrics import compute_metrics
-from llmbench.results import load_requests, load_summary
+from llmbench.profiling.window import ProfileWindow, StepRange
+from llmbench.results import load_requests, load_steps, load_summary
 from llmbench.runner import run_benchmark
 from tests.llmbench.conftest import NULL_RUN
 
@@ -95,6 +97,21 @@ def test_timed_out_requests_are_aborted_and_counted_as_failed(tmp_path):
     assert result.summary["complete"] is True
     assert (metrics["completed"], metrics["failed"]) == (len(done), len(timed_out))
     assert metrics["max_e2el_ms"] < (timeout + 0.05) * 1000
+
+
+def test_profile_window_counts_the_steps_that_drain_timed_out_requests(tmp_path, monkeypatch):
+    # `--steps A:B` is in steps.csv's numbering: the steps that clear aborted requests count too
+    window = ProfileWindow("nsys", StepRange(10**6), tmp_path)  # never opens
+    monkeypatch.setattr(llmbench.runner, "window_from_env", lambda: window)
+    overrides = [
+        "workload.warmup_requests=0",
+        "workload.num_requests=16",
+        "workload.output={dist: fixed, mean: 20}",
+    ]
+    config, backend = started(SlowBackend(step_s=0.005), overrides + ["workload.request_timeout_s=0.16"])
+    run_benchmark(config, tmp_path, backend=backend)
+    assert any(r.finish_reason == "timeout" for r in load_requests(tmp_path))
+    assert window.next_step == load_steps(tmp_path)[-1]["step"] + 1
 
 
 def test_max_error_rate_stops_the_run_and_keeps_its_results(tmp_path, null_config_file):
