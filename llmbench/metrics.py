@@ -49,13 +49,21 @@ def latency_samples(records: Sequence[RequestRecord]) -> dict[str, list[float]]:
     """Seconds per measured, succeeded request for ttft, tpot and e2el; per arrival gap for itl
     (the samples behind the statistics, e.g. for CDF plots)."""
     done = [r for r in records if not r.warmup and r.succeeded]
-    ttft = [r.first_token_time - r.submit_time for r in done]
-    e2el = [r.token_times[-1] - r.submit_time for r in done]
-    tpot = [
-        (e - t) / (r.output_len - 1) for r, t, e in zip(done, ttft, e2el, strict=True) if r.output_len > 1
-    ]
-    itl = [gap for r in done for gap in arrival_gaps(r.token_times)]
-    return {"ttft": ttft, "tpot": tpot, "itl": itl, "e2el": e2el}
+    per_request = [_request_latencies(r) for r in done]
+    return {
+        "ttft": [ttft for ttft, _, _ in per_request],
+        "tpot": [tpot for _, tpot, _ in per_request if tpot is not None],
+        "itl": [gap for r in done for gap in arrival_gaps(r.token_times)],
+        "e2el": [e2el for _, _, e2el in per_request],
+    }
+
+
+def _request_latencies(record: RequestRecord) -> tuple[float, float | None, float]:
+    """(TTFT, TPOT, E2EL) of one succeeded request in seconds; TPOT is None for a single token."""
+    ttft = record.first_token_time - record.submit_time
+    e2el = record.token_times[-1] - record.submit_time
+    tpot = (e2el - ttft) / (record.output_len - 1) if record.output_len > 1 else None
+    return ttft, tpot, e2el
 
 
 def arrival_gaps(token_times: Sequence[float]) -> list[float]:
@@ -91,11 +99,9 @@ def _rate(count: float, duration: float) -> float:
 
 def _good_count(done: Sequence[RequestRecord], slo: SloConfig) -> int:
     def meets(r: RequestRecord) -> bool:
-        ttft = (r.first_token_time - r.submit_time) * 1000
-        e2el = (r.token_times[-1] - r.submit_time) * 1000
-        tpot = (e2el - ttft) / (r.output_len - 1) if r.output_len > 1 else 0.0
+        ttft, tpot, e2el = _request_latencies(r)
         return all(
-            limit is None or value <= limit
+            limit is None or value is None or value * 1000 <= limit
             for value, limit in ((ttft, slo.ttft_ms), (tpot, slo.tpot_ms), (e2el, slo.e2el_ms))
         )
 

@@ -74,7 +74,8 @@ def run_benchmark(
         workloads = [build_workload(config, backend.model_info, trial=k) for k in range(repeat)]
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         run_start = time.perf_counter()
-        writer = ResultWriter(run_dir, config.to_dict(), run_start, config.output.save_tokens)
+        config_dict = config.to_dict()
+        writer = ResultWriter(run_dir, config_dict, run_start, config.output.save_tokens)
         state = _RunState(backend, writer, config, progress, run_start, window=window_from_env())
         trial_metrics: list[dict[str, Any]] = []
         complete = interrupted = False
@@ -95,10 +96,10 @@ def run_benchmark(
                 name=config.name,
                 complete=complete,
                 started_at=started_at,
-                config=config.to_dict(),
+                config=config_dict,
                 environment=collect_environment(),
                 trials=trial_metrics,
-                steps=summarize_steps(state.step_rows, config.to_dict()),
+                steps=summarize_steps(state.step_rows, config_dict),
             )
             if stopped:
                 summary["stop_reason"] = stopped
