@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 from engine.request import RequestOutput, SamplingParams
 
 if TYPE_CHECKING:
+    from engine.models.llama import LlamaShape
     from llmbench.config import RunConfig
 
 
@@ -22,6 +23,12 @@ class ModelInfo:
     eos_token_id: int
     max_model_len: int
     special_token_ids: tuple[int, ...] = ()  # never drawn as synthetic prompt tokens
+
+    @classmethod
+    def from_shape(cls, shape: LlamaShape, max_model_len: int) -> ModelInfo:
+        """The info of a model the engine's loader built; its BOS and EOS, where it has them, are special."""
+        specials = tuple(t for t in (shape.bos_token_id, shape.eos_token_id) if t >= 0)
+        return cls(shape.vocab_size, shape.eos_token_id, max_model_len, specials)
 
 
 class Backend(Protocol):

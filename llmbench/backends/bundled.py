@@ -16,14 +16,7 @@ class BundledBackend:
         self.engine = (
             EngineCoreClient(config.engine) if config.engine.process_split else LLMEngine(config.engine)
         )
-        shape = self.engine.executor.shape
-        specials = tuple(t for t in (shape.bos_token_id, shape.eos_token_id) if t >= 0)
-        self.model_info = ModelInfo(
-            vocab_size=shape.vocab_size,
-            eos_token_id=shape.eos_token_id,
-            max_model_len=self.engine.executor.max_model_len,
-            special_token_ids=specials,
-        )
+        self.model_info = ModelInfo.from_shape(self.engine.executor.shape, self.engine.executor.max_model_len)
 
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
         self.engine.add_request(request_id, prompt_token_ids, params)

@@ -45,11 +45,8 @@ class HFBackend:
         # the rotary tables are computed, not loaded: build them on the weights' device
         self.model.model.rotary_emb = LlamaRotaryEmbedding(self.model.config).to(self.model.device)
         self.model.eval()
-        self.model_info = ModelInfo(
-            vocab_size=shape.vocab_size,
-            eos_token_id=shape.eos_token_id,
-            max_model_len=config.engine.max_model_len or shape.max_position_embeddings,
-            special_token_ids=tuple(t for t in (shape.bos_token_id, shape.eos_token_id) if t >= 0),
+        self.model_info = ModelInfo.from_shape(
+            shape, config.engine.max_model_len or shape.max_position_embeddings
         )
         self.batch_size = config.hf_batch_size
         self._queued: deque[tuple[str, list[int], SamplingParams]] = deque()
@@ -113,8 +110,9 @@ class HFBackend:
         self._worker.join()
 
     def _problem(self, prompt: list[int], params: SamplingParams) -> tuple[FinishReason, str] | None:
-        if params.problem():
-            return FinishReason.ERROR, params.problem()
+        problem = params.problem()
+        if problem:
+            return FinishReason.ERROR, problem
         if not prompt or min(prompt) < 0 or max(prompt) >= self.model_info.vocab_size:
             return FinishReason.ERROR, "empty prompt or token id outside the vocabulary"
         if len(prompt) + params.max_tokens > self.model_info.max_model_len:
