@@ -175,10 +175,11 @@ def _judge(check: MetricCheck, baseline: dict, current: dict) -> Verdict:
         low, high = bootstrap_ratio_ci(base_trials, cur_trials)
         ci_low, ci_high = low - 1, high - 1
         least_bad, most_bad = sorted((worsening(low), worsening(high)))
-        worse_sample, better_sample = (
-            (base_trials, cur_trials) if check.higher_is_better else (cur_trials, base_trials)
-        )
-        p_value = mann_whitney_greater(better_sample, worse_sample)
+        # one-sided: the current side worse means lower for a throughput, higher for a latency
+        if check.higher_is_better:
+            p_value = mann_whitney_greater(cur_trials, base_trials)
+        else:
+            p_value = mann_whitney_greater(base_trials, cur_trials)
     else:
         base_value, cur_value = _summary_value(baseline, check.name), _summary_value(current, check.name)
     point = worsening(ratio(base_value, cur_value))
