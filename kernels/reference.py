@@ -100,15 +100,18 @@ def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> 
     return rows.reshape(-1, cache.shape[2], cache.shape[3])[:seq_len]
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, mask: torch.Tensor):
-    """q [Tq, Hq, D], k/v [Tk, Hkv, D]; query head h reads KV head h // (Hq / Hkv)."""
-    group = q.shape[1] // k.shape[1]
-    k = k.float().repeat_interleave(group, dim=1)
-    v = v.float().repeat_interleave(group, dim=1)
-    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale
+def _attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, mask: torch.Tensor
+) -> torch.Tensor:
+    """q [..., Tq, Hq, D], k/v [..., Tk, Hkv, D], mask broadcastable to [..., Hq, Tq, Tk] -> [..., Tq, Hq, D];
+    query head h reads KV head h // (Hq / Hkv)."""
+    group = q.shape[-2] // k.shape[-2]
+    k = k.float().repeat_interleave(group, dim=-2)
+    v = v.float().repeat_interleave(group, dim=-2)
+    scores = torch.einsum("...qhd,...khd->...hqk", q.float(), k) * scale
     scores = scores.masked_fill(~mask, float("-inf"))
     probs = scores.softmax(dim=-1)
-    return torch.einsum("hqk,khd->qhd", probs, v).to(q.dtype)
+    return torch.einsum("...hqk,...khd->...qhd", probs, v).to(q.dtype)
 
 
 def paged_decode_attention(
@@ -121,18 +124,11 @@ def paged_decode_attention(
 ) -> torch.Tensor:
     """One query per sequence, at position seq_len - 1 (its own K/V already written). Batched: every
     sequence's blocks are gathered to the longest table and rows past seq_len are masked."""
-    num_seqs, max_blocks = block_tables.shape
-    block_size, num_kv_heads, head_dim = k_cache.shape[1:]
-    k = k_cache[block_tables.long()].reshape(num_seqs, max_blocks * block_size, num_kv_heads, head_dim)
-    v = v_cache[block_tables.long()].reshape(num_seqs, max_blocks * block_size, num_kv_heads, head_dim)
-    group = q.shape[1] // num_kv_heads
-    k = k.float().repeat_interleave(group, dim=2)
-    v = v.float().repeat_interleave(group, dim=2)
-    scores = torch.einsum("bhd,bkhd->bhk", q.float(), k) * scale
-    key_pos = torch.arange(max_blocks * block_size, device=q.device)
+    k = k_cache[block_tables.long()].flatten(1, 2)  # [B, max_blocks * block_size, Hkv, D]
+    v = v_cache[block_tables.long()].flatten(1, 2)
+    key_pos = torch.arange(k.shape[1], device=q.device)
     valid = key_pos[None, :] < seq_lens[:, None]
-    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
-    return torch.einsum("bhk,bkhd->bhd", scores.softmax(dim=-1), v).to(q.dtype)
+    return _attend(q[:, None], k, v, scale, valid[:, None, None, :])[:, 0]
 
 
 def paged_prefill_attention(
