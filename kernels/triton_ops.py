@@ -13,7 +13,7 @@ from kernels.prefill_attention import paged_prefill_attention
 from kernels.rope import rope_and_write_kv, rotary_embedding
 
 # A one-row linear layer is a weight-streaming GEMV: on the H200 it beats cuBLAS at one row on the QKV,
-# O and LM-head shapes (16.6 vs 18.5, 13.2 vs 15.4, 239 vs 247 us) and ties on down_proj; from two rows
+# O and LM-head shapes (16.5 vs 19.3, 12.3 vs 14.3, 242 vs 255 us) and ties on down_proj; from two rows
 # on cuBLAS's tiles win (results/h200/decode_bs1.json, matmuls_cublas_vs_gemv).
 GEMV_MAX_TOKENS = 1
 
@@ -38,6 +38,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 def linear_silu_and_mul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """The MLP's fused gate-up projection followed by its activation. cuBLAS plus the activation kernel
-    (67.7 us at one row) beats the gated GEMV (75.3 us) on the 28672-row gate-up weight, so the
+    (65.0 us at one row) beats the gated GEMV (72.3 us) on the 28672-row gate-up weight, so the
     gated GEMV stays a measured alternative in scripts/h200_decode.py."""
     return silu_and_mul(F.linear(x, weight))
