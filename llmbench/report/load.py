@@ -15,14 +15,13 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from llmbench.config import SloConfig
+from llmbench.config import OutputConfig, SloConfig
 from llmbench.metrics import compute_metrics, latency_samples, median_over_trials
 from llmbench.results import RequestRecord
 from llmbench.step_stats import summarize_steps
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 _RECORD_FIELDS = {f.name for f in dataclasses.fields(RequestRecord)}
 
 
@@ -145,7 +144,7 @@ def _rebuild_summary(
 ) -> dict[str, Any]:
     config = summary.get("config") or _read_config(path / "config.yaml")
     output = config.get("output") or {}
-    percentiles = output.get("percentiles") or DEFAULT_PERCENTILES
+    percentiles = output.get("percentiles") or OutputConfig().percentiles
     slo = _slo(config.get("slo"))
     trial_ids = sorted({r.trial for r in records})
     trials = [compute_metrics([r for r in records if r.trial == t], percentiles, slo) for t in trial_ids]

@@ -144,7 +144,7 @@ def utilization(runs: list[RunData], out_dir: Path) -> Path | None:
     for run in with_util:
         steps = _bucketed(run.steps)
         for column in columns:
-            if column in steps and steps[column].notna().any():
+            if _has_values(steps, column):
                 ax.plot(steps["step"], 100 * steps[column], label=f"{_plain(run.label)} {column.upper()}")
     ax.set(title="Model bandwidth and FLOPs utilization", xlabel="step", ylabel="% of peak", ylim=(0, 105))
     ax.legend(fontsize="small")
