@@ -157,6 +157,7 @@ def rope_and_write_kv(
         return q_out
     assert k_cache.stride() == v_cache.stride(), "k_cache and v_cache must share one layout"
     assert k_cache.stride(0) == k_cache.shape[1] * k_cache.stride(1), "cache blocks must be dense"
+    num_q_heads = q.shape[1] // head_dim
     num_kv_heads = k.shape[1] // head_dim
     _rope_write_kv_kernel[(num_tokens,)](
         positions,
@@ -174,10 +175,10 @@ def rope_and_write_kv(
         k_cache.stride(1),
         k_cache.stride(2),
         cos_sin_cache.stride(0),
-        q.shape[1] // head_dim,
+        num_q_heads,
         num_kv_heads,
         HALF=head_dim // 2,
-        BLOCK_HQ=triton.next_power_of_2(q.shape[1] // head_dim),
+        BLOCK_HQ=triton.next_power_of_2(num_q_heads),
         BLOCK_HKV=triton.next_power_of_2(num_kv_heads),
         num_warps=4,
     )
