@@ -39,14 +39,17 @@ class ScheduledBatch:
     def num_tokens(self) -> int:
         return sum(s.num_new for s in self.seqs)
 
+    # A decode is one new token that is sampled, after outputs. A recomputed sequence's one-token
+    # chunk samples nothing: it is prefill work, and must not get a multi-step window.
+
     @property
     def num_prefill_tokens(self) -> int:
-        return sum(s.num_new for s in self.seqs if s.num_new > 1 or not s.num_outputs)
+        return sum(s.num_new for s in self.seqs if not (s.num_new == 1 and s.sample and s.num_outputs))
 
     @property
     def num_decode_seqs(self) -> int:
-        return sum(1 for s in self.seqs if s.num_new == 1 and s.num_outputs)
+        return sum(1 for s in self.seqs if s.num_new == 1 and s.sample and s.num_outputs)
 
     @property
     def is_decode_only(self) -> bool:
-        return all(s.num_new == 1 and s.num_outputs for s in self.seqs)
+        return all(s.num_new == 1 and s.sample and s.num_outputs for s in self.seqs)

@@ -60,12 +60,8 @@ class DecodeGraphs:
         self.logits: dict[int, torch.Tensor] = {}
 
     def handles(self, batch: ScheduledBatch) -> bool:
-        """Graphs serve decode batches that fit a bucket and sample every row."""
-        return (
-            batch.is_decode_only
-            and all(s.sample for s in batch.seqs)
-            and graph_bucket(len(batch.seqs), self.sizes) is not None
-        )
+        """Graphs serve decode batches (every row sampled) that fit a bucket."""
+        return batch.is_decode_only and graph_bucket(len(batch.seqs), self.sizes) is not None
 
     def load(self, inputs: ModelInput) -> int:
         """Copy a decode step's inputs into the static buffers; returns the bucket to run."""

@@ -194,3 +194,22 @@ def test_model_multi_step_equals_single_step_with_stops_and_preemption():
     tight = model_engine(num_scheduler_steps=8, num_gpu_blocks=14, block_size=4)
     assert results(run(tight, requests)) == reference
     assert tight.scheduler.num_preemptions > 0
+
+
+def test_a_one_token_recompute_chunk_runs_no_window():
+    """A preempted sequence readmitted with one token of budget left runs a chunk that samples nothing.
+    That is no decode, so its batch gets no window: a window's later forwards take sampled tokens as
+    every row's input."""
+    requests = [
+        ([7] * 6, SamplingParams(max_tokens=9, ignore_eos=True)),
+        ([8] * 3, SamplingParams(max_tokens=8, ignore_eos=True)),
+    ]
+    reference = results(run(model_engine(), requests))
+    engine = model_engine(num_scheduler_steps=4, num_gpu_blocks=5, block_size=4, max_num_batched_tokens=2)
+    batches = []
+    execute = engine.executor.execute
+    engine.executor.execute = lambda batch: batches.append(batch) or execute(batch)
+    assert results(run(engine, requests)) == reference
+    chunked = [b for b in batches if any(s.num_new == 1 and not s.sample and s.num_outputs for s in b.seqs)]
+    assert chunked and all(b.num_steps == 1 and not b.is_decode_only for b in chunked)
+    assert any(b.num_steps == 4 for b in batches)
