@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+import triton
 from rich.table import Table
+from triton.testing import do_bench
 
 from kernels import triton_ops
 
@@ -56,8 +58,6 @@ class KernelTiming:
 
 
 def _median_ms(fn: Callable[[], Any], warmup_ms: int = 50) -> float:
-    from triton.testing import do_bench
-
     return do_bench(fn, warmup=warmup_ms, rep=300, return_mode="median")
 
 
@@ -105,7 +105,7 @@ def _paged_cache(num_seqs: int, context: int, dtype: torch.dtype):
 
 
 def elementwise_cases(t: int, dtype: torch.dtype) -> list[Case]:
-    size = torch.finfo(dtype).bits // 8
+    size = dtype.itemsize
 
     def norm(with_residual: bool):
         x, weight = _randn(t, HIDDEN, dtype=dtype), _randn(HIDDEN, dtype=dtype)
@@ -154,7 +154,7 @@ def elementwise_cases(t: int, dtype: torch.dtype) -> list[Case]:
 
 
 def decode_case(batch: int, context: int, dtype: torch.dtype) -> Case:
-    size = torch.finfo(dtype).bits // 8
+    size = dtype.itemsize
     nbytes = 2 * batch * context * NUM_KV_HEADS * HEAD_DIM * size + 2 * batch * NUM_HEADS * HEAD_DIM * size
 
     def make():
@@ -170,7 +170,7 @@ def decode_case(batch: int, context: int, dtype: torch.dtype) -> Case:
 
 def prefill_case(num_seqs: int, new_tokens: int, cached: int, dtype: torch.dtype) -> Case:
     """num_seqs sequences each prefilling new_tokens after `cached` already-cached tokens."""
-    size = torch.finfo(dtype).bits // 8
+    size = dtype.itemsize
     context = cached + new_tokens
     # query i (0-based in its chunk) sees cached + i + 1 keys; QK^T and PV are 2 * D FLOPs per pair each
     pairs = num_seqs * (cached * new_tokens + new_tokens * (new_tokens + 1) // 2)
@@ -224,19 +224,13 @@ def run_kernel_bench(dtype_name: str = "bf16") -> dict[str, Any]:
     return {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
-        "triton": _triton_version(),
+        "triton": triton.__version__,
         "dtype": dtype_name,
         "model_shape": "Llama-3-8B (hidden 4096, intermediate 14336, 32 q heads, 8 KV heads, head dim 128)",
         "block_size": BLOCK_SIZE,
         "ceilings": ceilings,
         "kernels": [asdict(r) for r in rows],
     }
-
-
-def _triton_version() -> str:
-    import triton
-
-    return triton.__version__
 
 
 def result_table(result: dict[str, Any]) -> Table:
