@@ -103,8 +103,10 @@ def _slowest_requests(run: RunData) -> str:
         times = row.get("token_times") or []
         return (times[-1] - row["submit_time"]) * 1000 if times else math.inf
 
-    failed = [r for r in run.requests if r.get("error") or not r.get("token_times")]
-    slowest = sorted((r for r in run.requests if r not in failed), key=e2el_ms, reverse=True)[:SLOWEST_SHOWN]
+    failed, answered = [], []
+    for r in run.requests:
+        (failed if r.get("error") or not r.get("token_times") else answered).append(r)
+    slowest = sorted(answered, key=e2el_ms, reverse=True)[:SLOWEST_SHOWN]
     if not failed and not slowest:
         return '<p class="note">No requests recorded.</p>'
     has_prompt = any("prompt" in r for r in failed + slowest)
