@@ -1,4 +1,5 @@
-"""Shared set-up for kernel tests: the device they run on and a randomly filled paged KV cache."""
+"""Shared set-up for kernel tests: the device they run on, a randomly filled paged KV cache and a RoPE
+cos/sin table."""
 
 from __future__ import annotations
 
@@ -36,3 +37,10 @@ def random_paged_kv(
         block_tables[b, :n] = order[used : used + n].int()
         used += n
     return k_cache.to(DEVICE), v_cache.to(DEVICE), block_tables.to(DEVICE)
+
+
+def cos_sin_cache(max_pos: int, head_dim: int) -> torch.Tensor:
+    """[max_pos, head_dim] float32, cos in the first half and sin in the second (the kernels' layout)."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    angles = torch.outer(torch.arange(max_pos).float(), inv_freq)
+    return torch.cat((angles.cos(), angles.sin()), dim=-1).to(DEVICE)

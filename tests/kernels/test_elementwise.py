@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kernels import reference, triton_ops
-from tests.kernels.paged_kv import DEVICE, FP32_TOL
+from tests.kernels.paged_kv import DEVICE, FP32_TOL, cos_sin_cache
 
 gpu_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -23,12 +23,6 @@ def test_rms_norm_matches_reference(num_tokens, hidden, with_residual):
     torch.testing.assert_close(new_residual, ref_residual, atol=1e-6, rtol=1e-6)
 
 
-def _cos_sin_cache(max_pos: int, head_dim: int) -> torch.Tensor:
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
-    angles = torch.outer(torch.arange(max_pos).float(), inv_freq)
-    return torch.cat((angles.cos(), angles.sin()), dim=-1).to(DEVICE)
-
-
 @pytest.mark.parametrize("num_q_heads,num_kv_heads,head_dim", [(4, 2, 16), (6, 6, 32), (8, 1, 64)])
 def test_rope_matches_reference_on_strided_qkv(num_q_heads, num_kv_heads, head_dim):
     num_tokens = 7
@@ -36,7 +30,7 @@ def test_rope_matches_reference_on_strided_qkv(num_q_heads, num_kv_heads, head_d
     qkv = torch.randn(num_tokens, (num_q_heads + 2 * num_kv_heads) * head_dim, device=DEVICE)
     q, k, _ = qkv.split([num_q_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim], dim=-1)
     positions = torch.randint(0, 500, (num_tokens,), device=DEVICE)
-    cache = _cos_sin_cache(512, head_dim)
+    cache = cos_sin_cache(512, head_dim)
     before = qkv.clone()
     q_out, k_out = triton_ops.rotary_embedding(positions, q, k, cache, head_dim)
     q_ref, k_ref = reference.rotary_embedding(positions, q, k, cache, head_dim)
@@ -49,7 +43,7 @@ def test_rope_at_position_zero_is_identity():
     q = torch.randn(2, 4 * 16, device=DEVICE)
     k = torch.randn(2, 2 * 16, device=DEVICE)
     positions = torch.zeros(2, dtype=torch.int64, device=DEVICE)
-    q_out, k_out = triton_ops.rotary_embedding(positions, q, k, _cos_sin_cache(8, 16), 16)
+    q_out, k_out = triton_ops.rotary_embedding(positions, q, k, cos_sin_cache(8, 16), 16)
     torch.testing.assert_close(q_out, q)
     torch.testing.assert_close(k_out, k)
 
@@ -87,7 +81,7 @@ def test_bf16_llama_shapes_on_gpu():
     q = torch.randn(65, 32 * head_dim, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(65, 8 * head_dim, device="cuda", dtype=torch.bfloat16)
     positions = torch.randint(0, 8192, (65,), device="cuda")
-    cache = _cos_sin_cache(8192, head_dim)
+    cache = cos_sin_cache(8192, head_dim)
     for got, want in zip(
         triton_ops.rotary_embedding(positions, q, k, cache, head_dim),
         reference.rotary_embedding(positions, q, k, cache, head_dim),

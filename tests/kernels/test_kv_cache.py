@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from kernels import reference, triton_ops
-from tests.kernels.paged_kv import DEVICE
+from tests.kernels.paged_kv import DEVICE, cos_sin_cache
 
 
 @pytest.mark.parametrize("block_size,num_kv_heads,head_dim", [(4, 2, 16), (16, 1, 32), (16, 3, 8)])
@@ -43,11 +43,8 @@ def test_rope_and_write_kv_matches_rope_then_write(num_q_heads, num_kv_heads, he
     sizes = [num_q_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim]
     q, k, v = torch.randn(num_tokens, sum(sizes), device=DEVICE).split(sizes, dim=-1)
     positions = torch.randint(0, 64, (num_tokens,), device=DEVICE)
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
-    angles = torch.outer(torch.arange(64).float(), inv_freq)
-    cos_sin = torch.cat((angles.cos(), angles.sin()), dim=-1).to(DEVICE)
     slots = torch.randperm(k_cache.shape[0] * block_size, device=DEVICE)[:num_tokens]
-    args = (positions, q, k, v, cos_sin, head_dim)
+    args = (positions, q, k, v, cos_sin_cache(64, head_dim), head_dim)
     q_out = triton_ops.rope_and_write_kv(*args, k_cache, v_cache, slots)
     q_ref = reference.rope_and_write_kv(*args, ref_k, ref_v, slots)
     torch.testing.assert_close(q_out, q_ref, atol=1e-5, rtol=1e-5)
