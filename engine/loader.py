@@ -36,6 +36,18 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
+def resolve_max_model_len(max_model_len: int | None, shape: LlamaShape) -> int:
+    """engine.max_model_len, defaulting to the model's max_position_embeddings and bounded by it."""
+    if max_model_len is None:
+        return shape.max_position_embeddings
+    if max_model_len > shape.max_position_embeddings:
+        raise ValueError(
+            f"engine.max_model_len {max_model_len} exceeds the model's max_position_embeddings "
+            f"{shape.max_position_embeddings}"
+        )
+    return max_model_len
+
+
 def load_model(config: ModelConfig, ops: ModuleType = reference) -> LlamaForCausalLM:
     """The model on its device and dtype, in eval mode, using the given op backend."""
     device = resolve_device(config.device)

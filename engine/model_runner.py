@@ -13,7 +13,7 @@ from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.config import EngineConfig
 from engine.cuda_graphs import DecodeGraphs, graph_bucket
 from engine.input_batch import InputBuffers, advance_decode, feed_sampled, last_positions
-from engine.loader import load_model, resolve_device
+from engine.loader import load_model, resolve_device, resolve_max_model_len
 from engine.models.llama import KVCache
 from engine.nvtx_ranges import nvtx_ranges, phase_range
 from engine.request import SamplingParams
@@ -50,12 +50,7 @@ class ModelRunner:
         self.model = load_model(config.model, select_ops(config.attention_backend, self.device))
         self.shape = self.model.shape
         self.dtype = self.model.embed_tokens.weight.dtype
-        self.max_model_len = config.max_model_len or self.shape.max_position_embeddings
-        if self.max_model_len > self.shape.max_position_embeddings:
-            raise ValueError(
-                f"engine.max_model_len {self.max_model_len} exceeds the model's max_position_embeddings "
-                f"{self.shape.max_position_embeddings}"
-            )
+        self.max_model_len = resolve_max_model_len(config.max_model_len, self.shape)
         self.sampler = Sampler(self.shape.eos_token_id, self.device, config.model.seed)
         self._forward_range = phase_range(nvtx_ranges(), "forward")
         self.inputs = InputBuffers(self.block_size, self.device)

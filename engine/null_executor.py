@@ -11,7 +11,7 @@ import torch
 
 from engine.batch import ScheduledBatch
 from engine.config import EngineConfig
-from engine.loader import model_shape
+from engine.loader import model_shape, resolve_max_model_len
 
 logger = logging.getLogger(__name__)
 
@@ -21,12 +21,7 @@ _MAX_DEFAULT_BLOCKS = 1 << 18
 class NullExecutor:
     def __init__(self, config: EngineConfig):
         self.shape = model_shape(config.model)
-        self.max_model_len = config.max_model_len or self.shape.max_position_embeddings
-        if self.max_model_len > self.shape.max_position_embeddings:
-            raise ValueError(
-                f"engine.max_model_len {self.max_model_len} exceeds the model's max_position_embeddings "
-                f"{self.shape.max_position_embeddings}"
-            )
+        self.max_model_len = resolve_max_model_len(config.max_model_len, self.shape)
         self.num_blocks = self._num_blocks(config)
         self.device = torch.device("cpu")
         logger.info("null executor: %d KV blocks, max_model_len %d", self.num_blocks, self.max_model_len)
