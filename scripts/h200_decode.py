@@ -3,7 +3,7 @@
     python scripts/h200_decode.py --out results/h200/decode_bs1.json
 
 Measures the device-to-device copy bandwidth (the ceiling), each of the model's matmuls at 1-8 rows through
-cuBLAS (F.linear) and through the engine's Triton GEMV (kernels/gemv.py), then decodes one request through
+cuBLAS (x @ w.T) and through the engine's Triton GEMV (kernels/gemv.py), then decodes one request through
 the bundled engine with CUDA graphs (one and eight scheduler steps, with and without async output) and
 eagerly: wall time and GPU time (step CUDA events) per output token, the GPU time of one graph replay, and
 the eager kernel breakdown. The roofline step time is the weight bytes over the copy bandwidth."""
@@ -71,7 +71,7 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return ((got.float() - want).norm() / want.norm()).item()
 
 
-def gemv_bandwidth(shape, row_counts=(1, 2, 4, 8)) -> list[dict]:
+def gemv_bandwidth(shape) -> list[dict]:
     """Each decode matmul at a few rows: [M, K] x [N, K]^T by cuBLAS and by the Triton GEMV; the gated
     row is the MLP's gate-up matmul plus SiLU-and-mul (two kernels) against the fused GEMV."""
     h, inter = shape.hidden_size, shape.intermediate_size
@@ -87,7 +87,7 @@ def gemv_bandwidth(shape, row_counts=(1, 2, 4, 8)) -> list[dict]:
         weight_bytes = 2 * n * k
         copies = max(2, math.ceil(L2_FLUSH_BYTES / weight_bytes))
         weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
-        for m in row_counts:
+        for m in (1, 2, 4, 8):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             want = x.float() @ weights[0].float().t()
             want = triton_ops.silu_and_mul(want) if gated else want
