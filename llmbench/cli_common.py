@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -71,7 +72,7 @@ def print_wide(table: Table) -> None:
 def save_json(path: Path, data: dict[str, Any]) -> None:
     """Write a command's result with the command line that made it, atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    command = " ".join(["llmbench", *sys.argv[1:]])
+    command = shlex.join(["llmbench", *sys.argv[1:]])
     write_atomic(path, json.dumps({"command": command, **data}, indent=2) + "\n")
     console.print(f"results: {path}", highlight=False)
 

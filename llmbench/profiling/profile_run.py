@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from llmbench.config import load_config
@@ -37,8 +38,8 @@ def profile_run(
     tool: str,
     steps: StepRange,
     out_dir: Path | None = None,
-    overrides: list[str] = (),
-    extra_args: list[str] = (),
+    overrides: Sequence[str] = (),
+    extra_args: Sequence[str] = (),
 ) -> Path:
     """Profile `steps` of the run `config` describes with `tool` ("nsys" or "torch"); returns
     the run directory holding profile.json next to the run's own results."""
