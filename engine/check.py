@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from engine.block_manager import BlockManager
 from engine.sequence import Sequence
+
+if TYPE_CHECKING:
+    from engine.llm_engine import LLMEngine
 
 
 def assert_block_manager_consistent(block_manager: BlockManager, seqs: list[Sequence]) -> None:
@@ -37,7 +41,7 @@ def assert_block_manager_consistent(block_manager: BlockManager, seqs: list[Sequ
         assert len(seq.block_table) * bm.block_size >= seq.num_computed, f"{seq} lacks blocks"
 
 
-def assert_engine_empty(engine) -> None:
+def assert_engine_empty(engine: LLMEngine) -> None:
     """No request left anywhere, and every KV block is free (plain or cached) with ref count 0."""
     assert not engine.scheduler.waiting, f"waiting: {list(engine.scheduler.waiting)}"
     assert not engine.scheduler.running, f"running: {engine.scheduler.running}"
