@@ -28,7 +28,7 @@ def _write_kv_kernel(
 ):
     token = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_mapping_ptr + token)
-    # a negative slot marks a padding token (a CUDA graph replayed for a larger batch): nothing to store
+    # a negative slot marks a token whose K/V is not kept: nothing to store
     if slot < 0:
         return
     block = slot // block_size
