@@ -135,6 +135,7 @@ def test_missing_nsys_is_a_clear_error(monkeypatch, tmp_path, null_config_file):
         (["--nsys", "--torch"], "choose one profiler"),
         ([], "choose one profiler"),
         (["--torch", "--", "--sample=none"], "need --nsys"),
+        (["--torch", "--set", "engine.process_split=true"], "profile with --set engine.process_split=false"),
     ],
 )
 def test_profile_usage_errors_exit_2(null_config_file, args, message):
