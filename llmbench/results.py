@@ -39,6 +39,7 @@ class RequestRecord:
     error: str | None = None
     prompt_token_ids: list[int] | None = None
     output_token_ids: list[int] | None = None
+    prompt: str | None = None  # a dataset prompt's text (with save_tokens)
 
     @property
     def succeeded(self) -> bool:
@@ -47,7 +48,7 @@ class RequestRecord:
     def to_json(self, save_tokens: bool) -> str:
         data = dataclasses.asdict(self)
         if not save_tokens:
-            del data["prompt_token_ids"], data["output_token_ids"]
+            del data["prompt_token_ids"], data["output_token_ids"], data["prompt"]
         return json.dumps(data)
 
     @classmethod

@@ -209,6 +209,7 @@ def _submit(
         submit_time=submit_time - state.run_start,
         prompt_token_ids=list(request.prompt_token_ids) if save_tokens else None,
         output_token_ids=[] if save_tokens else None,
+        prompt=request.prompt if save_tokens else None,
     )
     workload = state.config.workload
     params = SamplingParams(

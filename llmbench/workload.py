@@ -31,6 +31,7 @@ class WorkloadRequest:
     arrival_time: float  # seconds after the trial starts
     prompt_token_ids: list[int]
     output_len: int
+    prompt: str | None = None  # the dataset's prompt text, when the prompt came from one
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def _requests(
     info: ModelInfo,
     n: int,
     phase: int,
-    dataset: list[tuple[list[int], int]] | None,
+    dataset: list[tuple[list[int], int, str]] | None,
     prefixes: list[list[int]],
     id_prefix: str,
 ) -> list[WorkloadRequest]:
@@ -121,14 +122,15 @@ def _requests(
         token_rng = _rng(wl.seed, phase, _TOKENS)
         prompts = [synthetic_tokens(k, info, token_rng) for k in input_lens]
     else:
-        prompts = [ids for ids, _ in dataset[:n]]
+        prompts = [ids for ids, _, _ in dataset[:n]]
     if dataset is None or not wl.dataset.output_lengths_from_dataset:
         output_lens = sample_lengths(wl.output, n, _rng(wl.seed, phase, _OUTPUT))
     else:
-        output_lens = [out for _, out in dataset[:n]]
+        output_lens = [out for _, out, _ in dataset[:n]]
     if prefixes:
         prompts = [prefixes[i % len(prefixes)] + p for i, p in enumerate(prompts)]
-    return [WorkloadRequest(f"{id_prefix}{i}", 0.0, prompts[i], output_lens[i]) for i in range(n)]
+    texts = [text for _, _, text in dataset[:n]] if dataset is not None else [None] * n
+    return [WorkloadRequest(f"{id_prefix}{i}", 0.0, prompts[i], output_lens[i], texts[i]) for i in range(n)]
 
 
 def _prefixes(config: RunConfig, info: ModelInfo) -> list[list[int]]:
@@ -147,8 +149,8 @@ def _check_fits(requests: list[WorkloadRequest], info: ModelInfo) -> None:
         )
 
 
-def _load_sharegpt(config: RunConfig, info: ModelInfo) -> list[tuple[list[int], int]]:
-    """(prompt token ids, output length) per usable conversation, in a seeded random order."""
+def _load_sharegpt(config: RunConfig, info: ModelInfo) -> list[tuple[list[int], int, str]]:
+    """(prompt token ids, output length, prompt text) per usable conversation, in a seeded random order."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(_tokenizer_path(config))
@@ -165,8 +167,8 @@ def _load_sharegpt(config: RunConfig, info: ModelInfo) -> list[tuple[list[int], 
         prompt = tokenizer.encode(turns[0]["value"]).ids
         output_len = len(tokenizer.encode(turns[1]["value"], add_special_tokens=False).ids)
         if prompt and output_len and len(prompt) + output_len <= info.max_model_len:
-            pairs.append((prompt, output_len))
-    bad = [t for ids, _ in pairs for t in ids if t >= info.vocab_size]
+            pairs.append((prompt, output_len, turns[0]["value"]))
+    bad = [t for ids, _, _ in pairs for t in ids if t >= info.vocab_size]
     if bad:
         raise WorkloadError(
             f"workload.dataset.tokenizer: token id {max(bad)} is outside the model's vocabulary "

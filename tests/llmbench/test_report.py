@@ -5,10 +5,14 @@ import re
 
 import matplotlib.image
 import pytest
+import yaml
+from typer.testing import CliRunner
 
+from llmbench.cli import app
 from llmbench.report import ReportError, default_report_dir, write_report
 from llmbench.report.load import load_run
 from llmbench.report.plots import _waterfall_bottoms
+from tests.llmbench.conftest import NULL_RUN
 from tests.llmbench.run_dirs import make_run_dir, write_ablation
 
 EMBEDDED = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
@@ -177,3 +181,35 @@ def test_run_writes_the_report_unless_told_not_to(tmp_path, flags, reported):
     assert (out / "report.html").is_file() == reported
     if reported:
         assert len(embedded_images((out / "report.html").read_text())) == 3
+
+
+def test_dataset_prompts_reach_the_report_as_text(sharegpt, tmp_path):
+    """A ShareGPT prompt saved with save_tokens is shown in the report, escaped: markup stays text."""
+    root, _ = sharegpt
+    hostile = "<script>alert(1)</script> what is the capital of france"
+    turns = [[hostile, "a spider has eight legs"], ["tell me a story about a cat", "the capital of france"]]
+    conversations = [
+        {"conversations": [{"from": "human", "value": h}, {"from": "gpt", "value": g}]} for h, g in turns
+    ]
+    (root / "hostile.json").write_text(json.dumps(conversations))
+    config = {
+        **NULL_RUN,
+        "workload": {
+            "num_requests": 2,
+            "dataset": {
+                "type": "sharegpt",
+                "path": str(root / "hostile.json"),
+                "tokenizer": str(root / "tokenizer.json"),
+            },
+        },
+        "output": {"report": False, "save_tokens": True},
+    }
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    run_dir = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "run.yaml"), "--out", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines()]
+    assert {r["prompt"] for r in records} == {hostile, "tell me a story about a cat"}
+    html = write_report([run_dir], run_dir).read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; what is the capital" in html
+    assert "<script>" not in html

@@ -1,5 +1,3 @@
-import json
-
 import numpy as np
 import pytest
 
@@ -95,38 +93,6 @@ def test_requests_longer_than_the_model_are_a_workload_error():
         build_workload(config(input={"mean": 2000}, output={"mean": 100}), INFO)
 
 
-@pytest.fixture
-def sharegpt(tmp_path):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    sentences = [
-        "what is the capital of france",
-        "the capital of france is paris",
-        "tell me a story about a cat",
-        "once upon a time a cat sat on a mat and slept",
-        "how many legs does a spider have",
-        "a spider has eight legs",
-    ]
-    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.train_from_iterator(
-        sentences, trainers.WordLevelTrainer(special_tokens=["[UNK]", "<s>", "</s>"])
-    )
-    tokenizer.save(str(tmp_path / "tokenizer.json"))
-    conversations = [
-        {
-            "conversations": [
-                {"from": "human", "value": sentences[i]},
-                {"from": "gpt", "value": sentences[i + 1]},
-            ]
-        }
-        for i in (0, 2, 4)
-    ]
-    conversations.append({"conversations": [{"from": "gpt", "value": "no human turn first"}]})
-    (tmp_path / "sharegpt.json").write_text(json.dumps(conversations))
-    return tmp_path, tokenizer
-
-
 def test_sharegpt_prompts_are_tokenized_and_answers_set_output_lengths(sharegpt):
     root, tokenizer = sharegpt
     dataset = {
@@ -141,6 +107,7 @@ def test_sharegpt_prompts_are_tokenized_and_answers_set_output_lengths(sharegpt)
         tuple(tokenizer.encode("how many legs does a spider have").ids): 5,
     }
     assert {tuple(r.prompt_token_ids): r.output_len for r in workload.requests} == expected
+    assert {tuple(tokenizer.encode(r.prompt).ids) for r in workload.requests} == set(expected)
     fixed = build_workload(
         config(num_requests=3, dataset={**dataset, "output_lengths_from_dataset": False}), INFO
     )
