@@ -13,7 +13,7 @@ from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.config import EngineConfig
 from engine.cuda_graphs import DecodeGraphs, graph_bucket
 from engine.input_batch import InputBuffers, advance_decode, feed_sampled, last_positions
-from engine.loader import load_model, resolve_device, resolve_max_model_len
+from engine.loader import load_model, model_shape, resolve_device, resolve_max_model_len
 from engine.models.llama import KVCache
 from engine.nvtx_ranges import nvtx_ranges, phase_range
 from engine.request import SamplingParams
@@ -47,7 +47,15 @@ class ModelRunner:
         self.config = config
         self.block_size = config.block_size
         self.device = resolve_device(config.model.device)
-        self.model = load_model(config.model, select_ops(config.attention_backend, self.device))
+        ops = select_ops(config.attention_backend, self.device)
+        head_dim = model_shape(config.model).head_dim
+        if ops is not reference and head_dim & (head_dim - 1):
+            # the Triton kernels tile a head in one power-of-two block
+            raise ValueError(
+                f"engine.attention_backend 'triton' needs a power-of-two head dimension, the model's is "
+                f"{head_dim}; use attention_backend: torch"
+            )
+        self.model = load_model(config.model, ops)
         self.shape = self.model.shape
         self.dtype = self.model.embed_tokens.weight.dtype
         self.max_model_len = resolve_max_model_len(config.max_model_len, self.shape)

@@ -1,6 +1,7 @@
 """The whole engine (scheduler, paged KV, prefix cache, preemption, model runner) is token-exact with
 transformers' greedy generate on the same weights, loaded from an HF-format directory."""
 
+import json
 import random
 
 import pytest
@@ -169,3 +170,22 @@ def test_bad_runner_settings():
     cpu = torch.device("cpu")
     assert select_ops("auto", cpu) is reference and select_ops("torch", cpu) is reference
     assert select_ops("triton", cpu) is triton_ops
+
+
+def test_triton_backend_needs_a_power_of_two_head_dim(tmp_path):
+    """A checkpoint whose heads the Triton kernels cannot tile is refused before any weight is read."""
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 160,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 1,
+        "intermediate_size": 256,
+        "vocab_size": 512,
+        "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-5,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    model = ModelConfig(path=str(tmp_path), dtype="float32", device="cpu")
+    with pytest.raises(ValueError, match="power-of-two head dimension, the model's is 80"):
+        ModelRunner(EngineConfig(model=model, attention_backend="triton"))
