@@ -133,10 +133,11 @@ class ModelRunner:
     def _decide_num_blocks(self, free_kv_bytes: int | None) -> int:
         c = self.config
         if c.num_gpu_blocks is not None:
-            return c.num_gpu_blocks
+            return self._fitting(c.num_gpu_blocks, "engine.num_gpu_blocks")
         if c.kv_cache_memory_gb is not None:
             budget = int(c.kv_cache_memory_gb * 2**30)
-        elif free_kv_bytes is not None:
+            return self._fitting(budget // self._block_bytes(), "engine.kv_cache_memory_gb")
+        if free_kv_bytes is not None:
             budget = free_kv_bytes
         else:
             tokens = c.max_num_seqs * min(self.max_model_len, CPU_KV_TOKENS_PER_SEQ)
@@ -144,6 +145,22 @@ class ModelRunner:
         num_blocks = budget // self._block_bytes()
         if num_blocks < 1:
             raise ValueError(f"no memory left for the KV cache (budget {budget / 2**30:.2f} GiB)")
+        return num_blocks
+
+    def _fitting(self, num_blocks: int, key: str) -> int:
+        """A pool size the user chose, refused before allocation when the device cannot hold it."""
+        if self.device.type == "cuda":
+            available = torch.cuda.mem_get_info(self.device)[0]
+        else:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        if num_blocks < 1:
+            raise ValueError(f"{key}: too small for one KV block of {self._block_bytes()} bytes")
+        needed = (num_blocks + 1) * self._block_bytes()  # + the graphs' padding block
+        if needed > available:
+            raise ValueError(
+                f"{key}: a KV pool of {num_blocks} blocks needs {needed / 2**30:.2f} GiB, "
+                f"{available / 2**30:.2f} GiB is free on {self.device}"
+            )
         return num_blocks
 
     def _allocate_kv_caches(self, num_blocks: int) -> list[KVCache]:

@@ -16,6 +16,7 @@ from engine.loader import model_shape, resolve_max_model_len
 logger = logging.getLogger(__name__)
 
 _MAX_DEFAULT_BLOCKS = 1 << 18
+_MAX_BLOCKS = 1 << 24  # 64 bytes of block-manager state a block (measured): 1 GiB of host memory here
 
 
 class NullExecutor:
@@ -29,11 +30,12 @@ class NullExecutor:
     def _num_blocks(self, config: EngineConfig) -> int:
         """Sized as the model runner would for the same settings, so preemption behaves alike."""
         if config.num_gpu_blocks is not None:
-            return config.num_gpu_blocks
+            return _trackable(config.num_gpu_blocks, "engine.num_gpu_blocks")
         if config.kv_cache_memory_gb is not None:
             dtype_bytes = 4 if config.model.dtype == "float32" else 2
             block_bytes = self.shape.kv_bytes_per_token(dtype_bytes) * config.block_size
-            return max(1, int(config.kv_cache_memory_gb * 2**30 // block_bytes))
+            num_blocks = max(1, int(config.kv_cache_memory_gb * 2**30 // block_bytes))
+            return _trackable(num_blocks, "engine.kv_cache_memory_gb")
         # large enough that nothing is ever preempted, capped to stay cheap for 128k-context presets
         blocks_per_seq = -(-self.max_model_len // config.block_size)
         return min(config.max_num_seqs * blocks_per_seq, _MAX_DEFAULT_BLOCKS)
@@ -55,3 +57,14 @@ class NullExecutor:
 
     def shutdown(self) -> None:
         pass
+
+
+def _trackable(num_blocks: int, key: str) -> int:
+    """No KV memory backs the null executor's pool, but the block manager keeps host-side state for
+    every block: past _MAX_BLOCKS that alone would take gigabytes."""
+    if num_blocks > _MAX_BLOCKS:
+        raise ValueError(
+            f"{key}: {num_blocks} KV blocks is more than the null executor's block manager tracks "
+            f"(at most {_MAX_BLOCKS})"
+        )
+    return num_blocks

@@ -193,3 +193,11 @@ def test_null_executor_shape_and_pool():
         NullExecutor(EngineConfig(model=ModelConfig(preset="nope", executor="null")))
     with pytest.raises(ValueError, match="exceeds the model's max_position_embeddings"):
         NullExecutor(EngineConfig(model=ModelConfig(preset="tiny", executor="null"), max_model_len=4096))
+    null = ModelConfig(preset="tiny", executor="null")
+    assert NullExecutor(EngineConfig(model=null, num_gpu_blocks=1 << 24)).num_blocks == 1 << 24
+    with pytest.raises(
+        ValueError, match=r"engine.num_gpu_blocks: 16777217 KV blocks is more than .* 16777216"
+    ):
+        NullExecutor(EngineConfig(model=null, num_gpu_blocks=(1 << 24) + 1))
+    with pytest.raises(ValueError, match="engine.kv_cache_memory_gb: .* KV blocks is more than"):
+        NullExecutor(EngineConfig(model=null, kv_cache_memory_gb=1e6))

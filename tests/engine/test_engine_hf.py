@@ -167,6 +167,15 @@ def test_bad_runner_settings():
         ValueError, match="max_model_len 4096 exceeds the model's max_position_embeddings 2048"
     ):
         ModelRunner(EngineConfig(model=ModelConfig(preset="tiny", device="cpu"), max_model_len=4096))
+    tiny = ModelConfig(preset="tiny", device="cpu")
+    with pytest.raises(
+        ValueError, match=r"engine.num_gpu_blocks: a KV pool of 10000000000 blocks needs .* free"
+    ):
+        ModelRunner(EngineConfig(model=tiny, num_gpu_blocks=10**10))
+    with pytest.raises(
+        ValueError, match="engine.kv_cache_memory_gb: too small for one KV block of 8192 bytes"
+    ):
+        ModelRunner(EngineConfig(model=tiny, kv_cache_memory_gb=1e-9))
     cpu = torch.device("cpu")
     assert select_ops("auto", cpu) is reference and select_ops("torch", cpu) is reference
     assert select_ops("triton", cpu) is triton_ops
