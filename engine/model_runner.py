@@ -59,7 +59,7 @@ class ModelRunner:
         self.shape = self.model.shape
         self.dtype = self.model.embed_tokens.weight.dtype
         self.max_model_len = resolve_max_model_len(config.max_model_len, self.shape)
-        self.sampler = Sampler(self.shape.eos_token_id, self.device, config.model.seed)
+        self.sampler = Sampler(self.shape.eos_token_id, self.device, config.model.seed, ops)
         self._forward_range = phase_range(nvtx_ranges(), "forward")
         self.inputs = InputBuffers(self.block_size, self.device)
         self.graphs: DecodeGraphs | None = None

@@ -4,9 +4,12 @@ recomputed after preemption samples exactly the tokens it sampled before."""
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 
 from engine.batch import ScheduledSeq
+from kernels import reference
 
 _SEED_STRIDE = 1_000_003  # spreads (seed, step) pairs so neighbouring seeds do not share streams
 
@@ -16,19 +19,21 @@ def _draw_generator(seed: int, num_outputs: int, device: torch.device) -> torch.
 
 
 class Sampler:
-    def __init__(self, eos_token_id: int, device: torch.device, seed: int = 0):
+    def __init__(self, eos_token_id: int, device: torch.device, seed: int = 0, ops: ModuleType = reference):
         self.eos_token_id = eos_token_id
         self.device = device
+        self.argmax = ops.argmax
         # requests without a seed share this one: runs are repeatable for a given model seed
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
     def __call__(self, logits: torch.Tensor, seqs: list[ScheduledSeq], step: int = 0) -> torch.Tensor:
         """logits [n, vocab] of the sampled sequences, in order; step = forwards already run this
         schedule (multi-step), added to each sequence's output count. Returns [n] int64 token ids."""
-        logits = logits.float()
-        self._mask_stop_tokens(logits, seqs, step)
-        greedy = logits.argmax(dim=-1)
         random_rows = [i for i, s in enumerate(seqs) if s.sampling.temperature > 0]
+        if random_rows or any(self._stops_masked(s, step) for s in seqs):
+            logits = logits.float()
+            self._mask_stop_tokens(logits, seqs, step)
+        greedy = self.argmax(logits)
         if not random_rows:
             return greedy
         sampled = self._sample_random(logits[random_rows], [seqs[i] for i in random_rows], step)
@@ -38,9 +43,13 @@ class Sampler:
     def _mask_stop_tokens(self, logits: torch.Tensor, seqs: list[ScheduledSeq], step: int) -> None:
         """Before min_tokens outputs, EOS and stop tokens cannot be drawn at all."""
         for i, s in enumerate(seqs):
-            if s.num_outputs + step < s.sampling.min_tokens:
+            if self._stops_masked(s, step):
                 stop_ids = [self.eos_token_id, *s.sampling.stop_token_ids]
                 logits[i, [t for t in stop_ids if 0 <= t < logits.shape[1]]] = float("-inf")
+
+    @staticmethod
+    def _stops_masked(seq: ScheduledSeq, step: int) -> bool:
+        return seq.num_outputs + step < seq.sampling.min_tokens
 
     def _sample_random(self, logits: torch.Tensor, seqs: list[ScheduledSeq], step: int) -> torch.Tensor:
         params = [s.sampling for s in seqs]

@@ -6,9 +6,13 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import pdl
+from kernels.pdl import wait_for_previous_kernel
+
 
 @triton.jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_out, inter, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_out, inter, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    wait_for_previous_kernel(PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < inter
@@ -27,6 +31,6 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
         return out
     block = min(1024, triton.next_power_of_2(inter))
     _silu_and_mul_kernel[(num_tokens, triton.cdiv(inter, block))](
-        x, out, x.stride(0), out.stride(0), inter, BLOCK=block, num_warps=4
+        x, out, x.stride(0), out.stride(0), inter, BLOCK=block, num_warps=4, **pdl.launch_args(x.device)
     )
     return out

@@ -16,6 +16,9 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import pdl
+from kernels.pdl import wait_for_previous_kernel
+
 LOG2E = 1.4426950408889634
 MIN_PARTITION = 128  # tokens: below this a split costs more in merging than it gains in parallelism
 PROGRAMS_PER_SM = 4  # decode programs that run concurrently on one multiprocessor (one full wave)
@@ -72,7 +75,9 @@ def _decode_kernel(
     BLOCK_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(PDL)
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -128,7 +133,9 @@ def _merge_partitions_kernel(
     num_splits,
     HEAD_DIM: tl.constexpr,
     BLOCK_S: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(PDL)
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     seq_len = tl.load(seq_lens_ptr + seq)
@@ -222,6 +229,7 @@ def paged_decode_attention(
         SPLIT=split,
         num_warps=DECODE_LAUNCH["num_warps"],
         num_stages=DECODE_LAUNCH["num_stages"],
+        **pdl.launch_args(q.device),
     )
     if split:
         _merge_partitions_kernel[(batch, num_heads)](
@@ -235,5 +243,6 @@ def paged_decode_attention(
             num_splits,
             HEAD_DIM=head_dim,
             BLOCK_S=triton.next_power_of_2(num_splits),
+            **pdl.launch_args(part_out.device),
         )
     return out

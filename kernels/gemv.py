@@ -14,37 +14,40 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import pdl
+from kernels.pdl import wait_for_previous_kernel
+
 MAX_ROWS = 8  # the kernel's limit; linear() in triton_ops decides where it pays (GEMV_MAX_TOKENS)
 
 
 @triton.jit
-def _load_tiles(
-    x_ptr, w_rows, m, k, start, stride_x, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr
-):
-    """x [BLOCK_M, BLOCK_K] and w [BLOCK_N, BLOCK_K] at column `start`, as float32."""
-    offs_m = tl.arange(0, BLOCK_M)
+def _load_w(w_rows, k, start, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """w [BLOCK_N, BLOCK_K] at column `start`, as float32. The weight is read exactly once: the loads
+    are marked to leave L2 to the activations."""
     cols = start + tl.arange(0, BLOCK_K)
-    x_ptrs = x_ptr + offs_m[:, None] * stride_x + cols[None, :]
-    # the weight is read exactly once: keep it from evicting activations in L2
     if EVEN_K:
-        x = tl.load(x_ptrs, mask=offs_m[:, None] < m, other=0.0)
         w = tl.load(w_rows + cols[None, :], eviction_policy="evict_first")
     else:
-        in_k = cols[None, :] < k
-        x = tl.load(x_ptrs, mask=(offs_m[:, None] < m) & in_k, other=0.0)
-        w = tl.load(w_rows + cols[None, :], mask=in_k, other=0.0, eviction_policy="evict_first")
-    return x.to(tl.float32), w.to(tl.float32)
+        w = tl.load(w_rows + cols[None, :], mask=cols[None, :] < k, other=0.0, eviction_policy="evict_first")
+    return w.to(tl.float32)
 
 
 @triton.jit
-def _one_row_times_w(
-    x_ptr, w_rows, m, k, stride_x, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
-):
-    """[1, BLOCK_N]: one x row against the weight rows; a 2D accumulator in the weight tile's layout."""
-    acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    for start in range(0, k, BLOCK_K):
-        x, w = _load_tiles(x_ptr, w_rows, m, k, start, stride_x, EVEN_K, 1, BLOCK_K)
-        acc += w * x
+def _load_x(x_ptr, m, k, start, stride_x, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """x [BLOCK_M, BLOCK_K] at column `start`, as float32."""
+    offs_m = tl.arange(0, BLOCK_M)
+    cols = start + tl.arange(0, BLOCK_K)
+    mask = (offs_m[:, None] < m) & (cols[None, :] < k)
+    return tl.load(x_ptr + offs_m[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _one_row_times_w(x_ptr, w_rows, w_first, m, k, stride_x, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """[1, BLOCK_N]: one x row against the weight rows, whose first tile is already loaded; a 2D
+    accumulator in the weight tile's layout."""
+    acc = w_first * _load_x(x_ptr, m, k, 0, stride_x, 1, BLOCK_K)
+    for start in range(BLOCK_K, k, BLOCK_K):
+        acc += _load_w(w_rows, k, start, EVEN_K, BLOCK_K) * _load_x(x_ptr, m, k, start, stride_x, 1, BLOCK_K)
     return tl.sum(acc, 1)[None, :]
 
 
@@ -52,18 +55,20 @@ def _one_row_times_w(
 def _rows_times_w(
     x_ptr,
     w_rows,
+    w_first,
     m,
     k,
     stride_x,
     EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
     """[BLOCK_M, BLOCK_N]: several x rows against the weight rows, broadcast over a 3D accumulator."""
-    acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
-    for start in range(0, k, BLOCK_K):
-        x, w = _load_tiles(x_ptr, w_rows, m, k, start, stride_x, EVEN_K, BLOCK_M, BLOCK_K)
+    x = _load_x(x_ptr, m, k, 0, stride_x, BLOCK_M, BLOCK_K)
+    acc = w_first[None, :, :] * x[:, None, :]
+    for start in range(BLOCK_K, k, BLOCK_K):
+        w = _load_w(w_rows, k, start, EVEN_K, BLOCK_K)
+        x = _load_x(x_ptr, m, k, start, stride_x, BLOCK_M, BLOCK_K)
         acc += w[None, :, :] * x[:, None, :]
     return tl.sum(acc, 2)
 
@@ -72,18 +77,18 @@ def _rows_times_w(
 def _dot_rows(
     x_ptr,
     w_rows,
+    w_first,
     m,
     k,
     stride_x,
     EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
     if BLOCK_M == 1:
-        out = _one_row_times_w(x_ptr, w_rows, m, k, stride_x, EVEN_K, BLOCK_N, BLOCK_K)
+        out = _one_row_times_w(x_ptr, w_rows, w_first, m, k, stride_x, EVEN_K, BLOCK_K)
     else:
-        out = _rows_times_w(x_ptr, w_rows, m, k, stride_x, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+        out = _rows_times_w(x_ptr, w_rows, w_first, m, k, stride_x, EVEN_K, BLOCK_M, BLOCK_K)
     return out
 
 
@@ -101,6 +106,7 @@ def _gemv_kernel(
     HAS_BIAS: tl.constexpr,
     GATED: tl.constexpr,
     EVEN_K: tl.constexpr,
+    PDL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -109,11 +115,16 @@ def _gemv_kernel(
     # rows past n re-read row n-1 and are never stored: the hot loop carries no row mask
     safe_rows = tl.minimum(rows, n - 1).to(tl.int64)
     w_rows = w_ptr + safe_rows[:, None] * k
-    out = _dot_rows(x_ptr, w_rows, m, k, stride_x, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+    # no kernel writes the weights: their first tiles stream in while the previous kernel finishes
+    w_first = _load_w(w_rows, k, 0, EVEN_K, BLOCK_K)
+    if GATED:
+        up_first = _load_w(w_rows + n * k, k, 0, EVEN_K, BLOCK_K)
+    wait_for_previous_kernel(PDL)
+    out = _dot_rows(x_ptr, w_rows, w_first, m, k, stride_x, EVEN_K, BLOCK_M, BLOCK_K)
     if HAS_BIAS:
         out += tl.load(bias_ptr + safe_rows).to(tl.float32)[None, :]
     if GATED:
-        up = _dot_rows(x_ptr, w_rows + n * k, m, k, stride_x, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+        up = _dot_rows(x_ptr, w_rows + n * k, up_first, m, k, stride_x, EVEN_K, BLOCK_M, BLOCK_K)
         out = out * tl.sigmoid(out) * up
     offs_m = tl.arange(0, BLOCK_M)
     out_mask = (offs_m[:, None] < m) & (rows[None, :] < n)
@@ -135,10 +146,16 @@ def launch_config(block_m: int, n: int, k: int) -> tuple[int, int, int]:
 
 
 def gemv(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, gated: bool = False
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    gated: bool = False,
+    *,
+    launch: tuple[int, int, int] | None = None,
 ) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS, rows may be strided) times weight [N, K]^T (+ bias [N]) -> [M, N] in
-    x's dtype. gated: weight is [2I, K] gate-then-up and the result is silu(gate) * up, [M, I]."""
+    x's dtype. gated: weight is [2I, K] gate-then-up and the result is silu(gate) * up, [M, I].
+    launch overrides launch_config's (BLOCK_N, BLOCK_K, num_warps) (tuning sweeps)."""
     m, k = x.shape
     if m > MAX_ROWS:
         raise ValueError(f"gemv takes at most {MAX_ROWS} rows, got {m}")
@@ -152,7 +169,7 @@ def gemv(
         return out
     block_m = triton.next_power_of_2(m)
     # gated: a program's gate rows, then its up rows, each a tile of the plain launch's size
-    block_n, block_k, warps = launch_config(block_m, weight.shape[0], k)
+    block_n, block_k, warps = launch or launch_config(block_m, weight.shape[0], k)
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x,
         weight,
@@ -170,5 +187,6 @@ def gemv(
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         num_warps=warps,
+        **pdl.launch_args(x.device),
     )
     return out

@@ -6,6 +6,9 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import pdl
+from kernels.pdl import wait_for_previous_kernel
+
 
 @triton.jit
 def _write_kv_kernel(
@@ -25,7 +28,9 @@ def _write_kv_kernel(
     block_size,
     HEAD_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(PDL)
     token = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_mapping_ptr + token)
     # a negative slot marks a token whose K/V is not kept: nothing to store
@@ -74,4 +79,5 @@ def write_kv(
         HEAD_DIM=head_dim,
         BLOCK_H=triton.next_power_of_2(num_kv_heads),
         num_warps=4,
+        **pdl.launch_args(k_cache.device),
     )

@@ -6,6 +6,9 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import pdl
+from kernels.pdl import wait_for_previous_kernel
+
 
 @triton.jit
 def _rms_norm_kernel(
@@ -22,16 +25,18 @@ def _rms_norm_kernel(
     eps,
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < hidden
+    weight = tl.load(weight_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    wait_for_previous_kernel(PDL)
     x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
     if HAS_RESIDUAL:
         x += tl.load(residual_ptr + row * stride_residual + offs, mask=mask, other=0.0).to(tl.float32)
         tl.store(new_residual_ptr + row * stride_new_residual + offs, x, mask=mask)
     variance = tl.sum(x * x, axis=0) / hidden
-    weight = tl.load(weight_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     out = x * tl.math.rsqrt(variance + eps) * weight
     tl.store(out_ptr + row * stride_out + offs, out, mask=mask)
 
@@ -64,5 +69,6 @@ def rms_norm(
         HAS_RESIDUAL=residual is not None,
         BLOCK=block,
         num_warps=num_warps,
+        **pdl.launch_args(x.device),
     )
     return out, new_residual

@@ -8,7 +8,9 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import pdl
 from kernels.attention import LOG2E, _online_softmax_step, _paged_offsets
+from kernels.pdl import wait_for_previous_kernel
 
 # launch parameters, tuned on an H200 for Llama-3-8B heads (see results/h200/kernels.json)
 PREFILL_LAUNCH = {"block_m": 64, "block_n": 32, "num_warps": 4, "num_stages": 2}
@@ -40,7 +42,9 @@ def _prefill_kernel(
     BLOCK_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(PDL)
     # The grid has T // BLOCK_M + B query blocks; sequence b owns those from query_start_loc[b] // BLOCK_M + b
     # on, which is always enough for its queries. Binary search finds this program's sequence.
     pid = tl.program_id(0)
@@ -151,5 +155,6 @@ def paged_prefill_attention(
         BLOCK_N=PREFILL_LAUNCH["block_n"],
         num_warps=PREFILL_LAUNCH["num_warps"],
         num_stages=PREFILL_LAUNCH["num_stages"],
+        **pdl.launch_args(q.device),
     )
     return out

@@ -92,6 +92,11 @@ def linear_silu_and_mul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return silu_and_mul(F.linear(x, weight))
 
 
+def argmax(logits: torch.Tensor) -> torch.Tensor:
+    """[n, vocab] -> [n] int64: each row's greedy token (the first index of its max)."""
+    return logits.argmax(dim=-1)
+
+
 def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
     """One sequence's first seq_len cached rows, [seq_len, Hkv, D]."""
     block_size = cache.shape[1]

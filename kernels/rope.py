@@ -7,6 +7,9 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import pdl
+from kernels.pdl import wait_for_previous_kernel
+
 
 @triton.jit
 def _rotate_heads(
@@ -51,7 +54,9 @@ def _rope_kernel(
     HALF: tl.constexpr,
     BLOCK_HQ: tl.constexpr,
     BLOCK_HKV: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(PDL)
     token = tl.program_id(0).to(tl.int64)
     cos, sin = _cos_sin(positions_ptr, cos_sin_ptr, token, stride_cos_sin, HALF)
     q_out_row = q_out_ptr + token * num_q_heads * (2 * HALF)
@@ -92,6 +97,7 @@ def rotary_embedding(
         BLOCK_HQ=triton.next_power_of_2(num_q_heads),
         BLOCK_HKV=triton.next_power_of_2(num_kv_heads),
         num_warps=4,
+        **pdl.launch_args(q.device),
     )
     return q_out, k_out
 
@@ -118,7 +124,9 @@ def _rope_write_kv_kernel(
     HALF: tl.constexpr,
     BLOCK_HQ: tl.constexpr,
     BLOCK_HKV: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(PDL)
     token = tl.program_id(0).to(tl.int64)
     cos, sin = _cos_sin(positions_ptr, cos_sin_ptr, token, stride_cos_sin, HALF)
     q_out_row = q_out_ptr + token * num_q_heads * (2 * HALF)
@@ -181,5 +189,6 @@ def rope_and_write_kv(
         BLOCK_HQ=triton.next_power_of_2(num_q_heads),
         BLOCK_HKV=triton.next_power_of_2(num_kv_heads),
         num_warps=4,
+        **pdl.launch_args(q.device),
     )
     return q_out

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.activation import silu_and_mul
+from kernels.argmax import argmax
 from kernels.attention import paged_decode_attention
 from kernels.gemv import gemv
 from kernels.kv_cache import write_kv
@@ -18,6 +19,7 @@ from kernels.rope import rope_and_write_kv, rotary_embedding
 GEMV_MAX_TOKENS = 1
 
 __all__ = [
+    "argmax",
     "linear",
     "linear_silu_and_mul",
     "paged_decode_attention",

@@ -23,7 +23,7 @@ import torch
 from engine.config import EngineConfig, ModelConfig
 from engine.llm_engine import LLMEngine
 from engine.request import SamplingParams
-from kernels import triton_ops
+from kernels import pdl, triton_ops
 from kernels.gemv import gemv
 
 L2_FLUSH_BYTES = 256 * 2**20  # input sets are rotated until a pass moves this much: no L2 reuse
@@ -190,8 +190,11 @@ def main() -> None:
     parser.add_argument("--preset", default="llama3-8b")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--no-pdl", action="store_true", help="launch every kernel the ordinary way")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if args.no_pdl:
+        pdl.supported = lambda device: False
 
     copy_gbs = copy_bandwidth_gbs()
     gemv_error = smoke_check_gemv()
@@ -252,6 +255,7 @@ def main() -> None:
         "roofline_ms_per_token": roofline_ms,
         "target_tokens_per_s": target,
         "gemv_max_tokens": triton_ops.GEMV_MAX_TOKENS,
+        "pdl": pdl.supported(torch.device("cuda")),
         "gemv_error": gemv_error,
         "wall_ms_per_token": wall,
         "gpu_ms_per_token": gpu,

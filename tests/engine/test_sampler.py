@@ -101,3 +101,16 @@ def test_min_tokens_masks_eos_and_stop_tokens():
 
 def test_no_sampled_rows():
     assert Sampler(EOS, CPU)(torch.zeros(0, 16), []).shape == (0,)
+
+
+def test_triton_backend_sampler_matches_reference():
+    from kernels import triton_ops
+
+    logits = random_logits(5, vocab=300, seed=3)
+    seqs = [seq(), seq(temperature=1.0, seed=4), seq(0, min_tokens=2), seq(), seq(temperature=0.7, seed=9)]
+    logits[2, EOS] = 100.0  # masked for the min_tokens row: the kernel must see the masked copy
+    want = Sampler(EOS, CPU)(logits.clone(), seqs)
+    got = Sampler(EOS, CPU, ops=triton_ops)(logits.clone(), seqs)
+    assert torch.equal(got, want) and got[2] != EOS
+    greedy_only = [seq() for _ in range(5)]
+    assert torch.equal(Sampler(EOS, CPU, ops=triton_ops)(logits, greedy_only), logits.argmax(dim=-1))

@@ -1,0 +1,38 @@
+"""Programmatic dependent launch (Hopper and later): a kernel launched with it may be scheduled while the
+kernel before it in the stream is still finishing. Each such kernel waits (`wait_for_previous_kernel`)
+before it reads anything the previous kernel wrote, and may do independent work, like streaming its
+weights, before that. At batch 1 a decode step is ~290 short kernels, and the gap between two of them
+(the tail of one, the launch and first loads of the next) is a visible share of the step."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+
+@functools.lru_cache
+def supported(device: torch.device) -> bool:
+    """True on a CUDA device of compute capability 9.0 or later, compiled (the interpreter has no GDC)."""
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+@triton.jit
+def wait_for_previous_kernel(PDL: tl.constexpr):
+    """Block until the previous kernel has finished and its writes are visible, then let the next kernel
+    be scheduled: it waits the same way, so at most one kernel sits ahead, holding no SM it could use."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+def launch_args(device: torch.device) -> dict:
+    """Keyword arguments for a kernel launch: the kernel's PDL flag and Triton's launch option, always
+    together (a kernel launched early that does not wait would race the previous one)."""
+    use = supported(device)
+    return {"PDL": use, "launch_pdl": use}
