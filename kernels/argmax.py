@@ -1,6 +1,8 @@
-"""Greedy sampling's argmax over the vocabulary, one program per row. torch's argmax spends ~27 us on
-one 128k-entry row on an H200 (a generic reduction); one program streaming the row (256 KB in bf16)
-takes a few microseconds. Ties resolve to the lowest index, as torch's does."""
+"""Greedy sampling's argmax over the vocabulary, in two short launches: programs over (row, chunk of
+CHUNK entries) find each chunk's max and its first column, then one program a row picks among the chunks.
+torch's argmax spent ~27 us on one 128k-entry row on an H200, and one program streaming a whole row ~31 us
+(each of its 32 loads waited for the one before); split over chunks, every load is in flight at once.
+Ties resolve to the lowest index, as torch's do."""
 
 from __future__ import annotations
 
@@ -11,27 +13,43 @@ import triton.language as tl
 from kernels import pdl
 from kernels.pdl import wait_for_previous_kernel
 
-BLOCK = 4096  # entries a loop iteration; each of the 16 warps' threads holds 8 of them
+CHUNK = 4096  # entries a first-stage program reads: 16 for each of its 256 threads
 
 
 @triton.jit
-def _argmax_kernel(logits_ptr, out_ptr, vocab, stride_row, BLOCK: tl.constexpr, PDL: tl.constexpr):
+def _first_max(values, cols, sentinel):
+    """(max, first column holding it) of a 1D block."""
+    top = tl.max(values, 0)
+    return top, tl.min(tl.where(values == top, cols, sentinel), 0)
+
+
+@triton.jit
+def _chunk_max_kernel(
+    logits_ptr, part_max_ptr, part_col_ptr, vocab, stride_row, CHUNK: tl.constexpr, PDL: tl.constexpr
+):
     wait_for_previous_kernel(PDL)
-    row_ptr = logits_ptr + tl.program_id(0).to(tl.int64) * stride_row
-    offs = tl.arange(0, BLOCK)
-    # each lane keeps its best value and the first column where it appeared (strict > keeps it)
-    best = tl.full([BLOCK], float("-inf"), tl.float32)
-    best_col = tl.zeros([BLOCK], tl.int32)
-    for start in range(0, vocab, BLOCK):
-        cols = start + offs
-        values = tl.load(row_ptr + cols, mask=cols < vocab, other=float("-inf")).to(tl.float32)
-        better = values > best
-        best = tl.where(better, values, best)
-        best_col = tl.where(better, cols, best_col)
-    top = tl.max(best, 0)
-    # a lane that never beat -inf holds column 0: it wins only an all -inf row, where 0 is right
-    first = tl.min(tl.where(best == top, best_col, vocab), 0)
-    tl.store(out_ptr + tl.program_id(0), first.to(tl.int64))
+    row, chunk = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    cols = chunk * CHUNK + tl.arange(0, CHUNK)
+    values = tl.load(logits_ptr + row * stride_row + cols, mask=cols < vocab, other=float("-inf"))
+    # an all -inf chunk reports its first column (-inf == -inf), so an all -inf row gives 0 as in torch
+    top, col = _first_max(values.to(tl.float32), cols, vocab)
+    tl.store(part_max_ptr + row * tl.num_programs(1) + chunk, top)
+    tl.store(part_col_ptr + row * tl.num_programs(1) + chunk, col)
+
+
+@triton.jit
+def _pick_chunk_kernel(
+    part_max_ptr, part_col_ptr, out_ptr, num_chunks, BLOCK_C: tl.constexpr, PDL: tl.constexpr
+):
+    wait_for_previous_kernel(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_C)
+    mask = offs < num_chunks
+    tops = tl.load(part_max_ptr + row * num_chunks + offs, mask=mask, other=float("-inf"))
+    cols = tl.load(part_col_ptr + row * num_chunks + offs, mask=mask, other=2**31 - 1)
+    # chunks are in column order: the smallest column among the maxima is the first overall
+    _, col = _first_max(tops, cols, 2**31 - 1)
+    tl.store(out_ptr + row, col.to(tl.int64))
 
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:
@@ -42,8 +60,15 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
         return out
     if logits.stride(1) != 1:
         raise ValueError("argmax needs unit-stride rows")
-    block = min(BLOCK, triton.next_power_of_2(vocab))
-    _argmax_kernel[(num_rows,)](
-        logits, out, vocab, logits.stride(0), BLOCK=block, num_warps=16, **pdl.launch_args(logits.device)
+    chunk = min(CHUNK, triton.next_power_of_2(vocab))
+    num_chunks = triton.cdiv(vocab, chunk)
+    part_max = torch.empty((num_rows, num_chunks), dtype=torch.float32, device=logits.device)
+    part_col = torch.empty((num_rows, num_chunks), dtype=torch.int32, device=logits.device)
+    launch = pdl.launch_args(logits.device)
+    _chunk_max_kernel[(num_rows, num_chunks)](
+        logits, part_max, part_col, vocab, logits.stride(0), CHUNK=chunk, num_warps=8, **launch
+    )
+    _pick_chunk_kernel[(num_rows,)](
+        part_max, part_col, out, num_chunks, BLOCK_C=triton.next_power_of_2(num_chunks), **launch
     )
     return out

@@ -13,9 +13,10 @@ from kernels.norm import rms_norm
 from kernels.prefill_attention import paged_prefill_attention
 from kernels.rope import rope_and_write_kv, rotary_embedding
 
-# A one-row linear layer is a weight-streaming GEMV: on the H200 it beats cuBLAS at one row on the QKV,
-# O and LM-head shapes (16.5 vs 19.3, 12.3 vs 14.3, 242 vs 255 us) and ties on down_proj; from two rows
-# on cuBLAS's tiles win (results/h200/decode_bs1.json, matmuls_cublas_vs_gemv).
+# A one-row linear layer is a weight-streaming GEMV. On the H200, at one row and with dependent launches,
+# it beats cuBLAS on every Llama-3-8B matmul: QKV 15.8 vs 16.7 us, O 10.0 vs 12.9, gate-up with its
+# activation fused 57.3 vs 62.4 (cuBLAS plus the activation kernel), down 30.6 vs 32.0, LM head 240 vs
+# 242 (results/h200/gemv_sweep.json). From two rows on cuBLAS's tiles win (decode_bs1.json).
 GEMV_MAX_TOKENS = 1
 
 __all__ = [
@@ -39,7 +40,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def linear_silu_and_mul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """The MLP's fused gate-up projection followed by its activation. cuBLAS plus the activation kernel
-    (65.0 us at one row) beats the gated GEMV (72.3 us) on the 28672-row gate-up weight, so the
-    gated GEMV stays a measured alternative in scripts/h200_decode.py."""
+    """The MLP's fused gate-up projection followed by its activation (fused into the GEMV at one row)."""
+    if x.shape[0] <= GEMV_MAX_TOKENS:
+        return gemv(x, weight, gated=True)
     return silu_and_mul(F.linear(x, weight))
