@@ -106,11 +106,12 @@ def test_no_sampled_rows():
 def test_triton_backend_sampler_matches_reference():
     from kernels import triton_ops
 
-    logits = random_logits(5, vocab=300, seed=3)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where the kernels run
+    logits = random_logits(5, vocab=300, seed=3).to(device)
     seqs = [seq(), seq(temperature=1.0, seed=4), seq(0, min_tokens=2), seq(), seq(temperature=0.7, seed=9)]
     logits[2, EOS] = 100.0  # masked for the min_tokens row: the kernel must see the masked copy
-    want = Sampler(EOS, CPU)(logits.clone(), seqs)
-    got = Sampler(EOS, CPU, ops=triton_ops)(logits.clone(), seqs)
+    want = Sampler(EOS, device)(logits.clone(), seqs)
+    got = Sampler(EOS, device, ops=triton_ops)(logits.clone(), seqs)
     assert torch.equal(got, want) and got[2] != EOS
     greedy_only = [seq() for _ in range(5)]
-    assert torch.equal(Sampler(EOS, CPU, ops=triton_ops)(logits, greedy_only), logits.argmax(dim=-1))
+    assert torch.equal(Sampler(EOS, device, ops=triton_ops)(logits, greedy_only), logits.argmax(dim=-1))
