@@ -15,11 +15,11 @@ all_off=(--set engine.process_split=false --set engine.async_output=false --set 
 all_on=(--set engine.process_split=false --set engine.async_output=true --set engine.num_scheduler_steps=8
   --set engine.cuda_graphs=true --set engine.chunked_prefill=true --set engine.prefix_caching=true)
 timeout 330 python -m llmbench ablate "$config" --out "$work/ablation" 2>&1 | tee "$out/ablate.log" | tail -14
-timeout 100 python -m llmbench profile "$config" --nsys --steps 300:320 "${all_off[@]}" --out "$work/profile-all-off" \
+timeout 100 python -m llmbench profile "$config" --nsys --steps 300:310 "${all_off[@]}" --out "$work/profile-all-off" \
   > "$out/profile-all-off.log" 2>&1
-timeout 100 python -m llmbench profile "$config" --nsys --steps 45:60 "${all_on[@]}" --out "$work/profile-all-on" \
+timeout 100 python -m llmbench profile "$config" --nsys --steps 45:48 "${all_on[@]}" --out "$work/profile-all-on" \
   > "$out/profile-all-on.log" 2>&1
-tail -3 "$out/profile-all-off.log" "$out/profile-all-on.log"
+tail -n 3 "$out/profile-all-off.log" "$out/profile-all-on.log"
 cd "$work" && tar czf "$out/h200-ablate-profile.tgz" \
   --exclude='requests.jsonl' --exclude='*.nsys-rep' --exclude='*.sqlite' --exclude='trace.json' .
 ls -la "$out"

@@ -1,6 +1,6 @@
-"""Read the CSV tables `nsys stats --format csv` writes (nvtx_sum, cuda_gpu_kern_sum, cuda_api_sum)
-and fold them into the summary kept as profile.json: time per engine phase, top kernels, CUDA API
-totals, and how busy the kernels kept the GPU over the captured steps."""
+"""Read the CSV tables `nsys stats --format csv` writes (nvtx_sum, cuda_gpu_kern_sum, cuda_api_sum,
+cuda_gpu_trace) and fold them into the summary kept as profile.json: time per engine phase, top kernels,
+CUDA API totals, and how busy the kernels kept the GPU, from the kernel timeline."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from engine.nvtx_ranges import DOMAIN
 
 logger = logging.getLogger(__name__)
 
-REPORTS = ("nvtx_sum", "cuda_gpu_kern_sum", "cuda_api_sum")
+REPORTS = ("nvtx_sum", "cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_trace")
 TOP_KERNELS = 15
 TOP_API_CALLS = 15
 
@@ -75,6 +75,54 @@ def parse_stats_csv(text: str) -> list[dict]:
     return rows
 
 
+def parse_trace_csv(text: str) -> list[tuple[float, float]]:
+    """(start_ms, end_ms) of every kernel in an nsys stats `cuda_gpu_trace` CSV. Memory copies and
+    sets, which the same table lists as "[CUDA memcpy ...]" / "[CUDA memset]", are left out."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.lstrip('"').startswith("Start")), None)
+    if start is None:
+        return []
+    reader = csv.reader(io.StringIO("\n".join(lines[start:])))
+    header = [name.strip() for name in next(reader)]
+    begin, duration, name = (_column(header, (prefix,)) for prefix in ("Start", "Duration", "Name"))
+    if begin is None or duration is None or name is None:
+        raise ValueError(f"unrecognised nsys gpu trace header: {','.join(header)}")
+    scales = [
+        _MS_PER_UNIT[unit.group(1)] if (unit := _UNIT.search(column)) else 1e-6
+        for column in (begin, duration)
+    ]
+    kernels = []
+    for fields in reader:
+        if len(fields) != len(header):
+            break
+        record = dict(zip(header, fields, strict=True))
+        if record[name].startswith("[CUDA "):
+            continue
+        first = _number(record[begin]) * scales[0]
+        kernels.append((first, first + _number(record[duration]) * scales[1]))
+    return kernels
+
+
+def kernel_timeline(kernels: list[tuple[float, float]]) -> dict | None:
+    """How much of the GPU's timeline, from the first captured kernel's start to the last one's end,
+    at least one kernel covers. Kernels that overlap (several streams, or a dependent launch starting
+    while the kernel before it drains) count once, so the fraction never exceeds 1."""
+    if not kernels:
+        return None
+    ordered = sorted(kernels)
+    busy_ms = 0.0
+    run_start, run_end = ordered[0]
+    for begin, end in ordered[1:]:
+        if begin > run_end:
+            busy_ms += run_end - run_start
+            run_start, run_end = begin, end
+        else:
+            run_end = max(run_end, end)
+    busy_ms += run_end - run_start
+    span_ms = max(end for _, end in ordered) - ordered[0][0]
+    return {"span_ms": span_ms, "busy_ms": busy_ms}
+
+
 def _with_shares(rows: list[dict], whole_ms: float) -> list[dict]:
     return [{**row, "share": row["total_ms"] / whole_ms if whole_ms > 0 else 0.0} for row in rows]
 
@@ -106,8 +154,10 @@ def _top(rows: list[dict], limit: int) -> tuple[float, list[dict]]:
     return whole, _with_shares(ordered, whole)
 
 
-def summarize(nvtx: list[dict], kernels: list[dict], cuda_api: list[dict]) -> dict:
-    """profile.json's nsys part from the three parsed tables."""
+def summarize(
+    nvtx: list[dict], kernels: list[dict], cuda_api: list[dict], trace: list[tuple[float, float]]
+) -> dict:
+    """profile.json's nsys part from the parsed tables (trace: kernel intervals of cuda_gpu_trace)."""
     ranges = _llmbench_ranges(nvtx)
     steps = _steps(ranges)
     kernel_ms, top_kernels = _top(kernels, TOP_KERNELS)
@@ -120,17 +170,16 @@ def summarize(nvtx: list[dict], kernels: list[dict], cuda_api: list[dict]) -> di
         "kernel_busy_fraction": None,
         "gpu_idle": None,
     }
-    if steps["total_ms"] > 0 and kernels:
-        # Kernel time over the host wall time of the captured steps. Both are sums over the window,
-        # not a timeline: memcpy time counts as idle, kernels overlapping on several streams count
-        # twice, and kernels launched in the window but run after its last step (a GPU running
-        # behind the host, as with async output) count too, so a saturated GPU can read above 1.
-        summary["kernel_busy_fraction"] = kernel_ms / steps["total_ms"]
-        idle = max(steps["total_ms"] - kernel_ms, 0.0)
+    timeline = kernel_timeline(trace)
+    if timeline is not None and timeline["span_ms"] > 0:
+        # Over the GPU's own timeline of the window, not the host's: with async output the GPU runs
+        # behind the host, and the kernels of the last steps finish after their step ranges close.
+        idle = timeline["span_ms"] - timeline["busy_ms"]
+        summary["kernel_busy_fraction"] = timeline["busy_ms"] / timeline["span_ms"]
         summary["gpu_idle"] = {
             "total_ms": idle,
-            "per_step_ms": idle / steps["count"],
-            "share": idle / steps["total_ms"],
+            "per_step_ms": idle / steps["count"] if steps["count"] else None,
+            "share": idle / timeline["span_ms"],
         }
     return summary
 
@@ -147,10 +196,13 @@ def load_stats(prefix: Path) -> dict:
     for report in REPORTS:
         path = stats_csv_path(prefix, report)
         if path.exists():
-            tables[report] = parse_stats_csv(path.read_text())
+            parse = parse_trace_csv if report == "cuda_gpu_trace" else parse_stats_csv
+            tables[report] = parse(path.read_text())
         else:
             logger.warning(
                 "nsys stats wrote no %s table (%s): no data of that kind was captured", report, path
             )
             tables[report] = []
-    return summarize(tables["nvtx_sum"], tables["cuda_gpu_kern_sum"], tables["cuda_api_sum"])
+    return summarize(
+        tables["nvtx_sum"], tables["cuda_gpu_kern_sum"], tables["cuda_api_sum"], tables["cuda_gpu_trace"]
+    )

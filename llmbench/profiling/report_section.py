@@ -41,20 +41,16 @@ def _nsys(profile: dict) -> str:
     ]
     busy = profile.get("kernel_busy_fraction")
     if busy is not None:
-        behind = (
-            " The GPU ran behind the host: work launched in the window ran past its last step."
-            if busy > 1
-            else ""
-        )
         parts.append(
-            f"<p>GPU kernel busy: {busy * 100:.1f}% (kernel time / NVTX step time over the window, "
-            f"<code>kernel_busy_fraction</code>).{behind}</p>"
+            f"<p>GPU kernel busy: {busy * 100:.1f}% of the GPU timeline from the first captured kernel to "
+            f"the last, overlapping kernels counted once (<code>kernel_busy_fraction</code>).</p>"
         )
     idle = profile.get("gpu_idle")
     if idle is not None:
+        per_step = f", {idle['per_step_ms']:.3f} ms per step" if idle["per_step_ms"] is not None else ""
         parts.append(
-            f"<p>GPU idle between steps: {idle['total_ms']:.2f} ms, {idle['per_step_ms']:.3f} ms per step, "
-            f"{idle['share'] * 100:.1f}% of step time (step wall time minus kernel time; an estimate).</p>"
+            f"<p>GPU idle: {idle['total_ms']:.2f} ms{per_step}, {idle['share'] * 100:.1f}% of that timeline "
+            f"(no kernel running).</p>"
         )
     kernels, api = profile["kernels"], profile["cuda_api"]
     parts += [

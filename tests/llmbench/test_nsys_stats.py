@@ -1,19 +1,43 @@
 """nsys stats parsing and the profile summary, on the tables captured on the H200."""
 
+import gzip
 import json
 from pathlib import Path
 
 import pytest
 
-from llmbench.profiling.nsys_stats import load_stats, parse_stats_csv, stats_csv_path, summarize
+from llmbench.profiling.nsys_stats import (
+    kernel_timeline,
+    load_stats,
+    parse_stats_csv,
+    parse_trace_csv,
+    stats_csv_path,
+    summarize,
+)
 from llmbench.profiling.report_section import profile_section_html
 
 DATA = Path(__file__).parent.parent / "data"
 RESULTS = Path(__file__).parents[2] / "results" / "h200"
-# `llmbench profile configs/llama3-8b-decode.yaml --nsys` on an H200: Llama-3-8B, 256 sequences
-# decoding, every optimization off (steps 300:320) and on (steps 45:60); the tables nsys stats wrote
+# `llmbench profile configs/llama3-8b-decode.yaml --nsys` on an H200 (scripts/h200_ablate_profile.sh):
+# Llama-3-8B, 256 sequences decoding, every optimization off (steps 300:310) and on (steps 45:48); the
+# tables nsys stats wrote, the kernel trace gzipped
 ALL_OFF = DATA / "nsys" / "all_off"
 ALL_ON = DATA / "nsys" / "all_on"
+
+
+@pytest.fixture
+def tables(tmp_path):
+    """The prefix of a captured profile's tables in tmp_path, its kernel trace unpacked."""
+
+    def unpack(prefix: Path) -> Path:
+        for path in prefix.parent.glob(f"{prefix.name}_*"):
+            target = tmp_path / path.name.removesuffix(".gz")
+            opened = gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+            with opened as source:
+                target.write_bytes(source.read())
+        return tmp_path / prefix.name
+
+    return unpack
 
 
 # nsys stats parsing
@@ -21,19 +45,19 @@ ALL_ON = DATA / "nsys" / "all_on"
 
 def test_parse_kernel_table():
     rows = parse_stats_csv(stats_csv_path(ALL_ON, "cuda_gpu_kern_sum").read_text())
-    assert len(rows) == 31
+    assert len(rows) == 30
     assert rows[0] == {
         "name": "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT",
-        "total_ms": pytest.approx(436.059784),
-        "count": 3960,
-        "avg_ms": pytest.approx(0.1101161),
-        "min_ms": pytest.approx(0.087807),
-        "max_ms": pytest.approx(0.497054),
+        "total_ms": pytest.approx(83.865736),
+        "count": 792,
+        "avg_ms": pytest.approx(0.1058911),
+        "min_ms": pytest.approx(0.087744),
+        "max_ms": pytest.approx(0.386812),
     }
     # a quoted name with commas inside stays whole
     assert rows[7]["name"].startswith("void cublasLt::splitKreduce_kernel<(int)32, (int)16, int, float, ")
     assert rows[7]["name"].endswith("const T6 *, const T6 *, const T6 *)")
-    assert rows[7]["count"] == 3840
+    assert rows[7]["count"] == 768
 
 
 def test_parser_tolerates_preamble_column_order_quotes_and_units():
@@ -57,53 +81,56 @@ def test_parser_gives_no_rows_for_a_skipped_report():
     assert parse_stats_csv(text) == []
 
 
-def test_summary_of_an_eager_launch_bound_decode():
-    summary = load_stats(ALL_OFF)
+def test_summary_of_an_eager_launch_bound_decode(tables):
+    summary = load_stats(tables(ALL_OFF))
     steps = summary["steps"]
-    assert steps["count"] == 20
-    assert steps["total_ms"] == pytest.approx(613.060025)
-    assert steps["avg_ms"] == pytest.approx(30.6530013)
-    assert (steps["min_ms"], steps["max_ms"]) == (pytest.approx(29.607074), pytest.approx(32.921762))
+    assert steps["count"] == 10
+    assert steps["total_ms"] == pytest.approx(161.136148)
+    assert steps["avg_ms"] == pytest.approx(16.1136148)
+    assert (steps["min_ms"], steps["max_ms"]) == (pytest.approx(14.571842), pytest.approx(20.165953))
 
     # the CUB scan's CCCL range is another domain: left out
     phases = {row["name"]: row for row in summary["phases"]}
     assert list(phases) == ["prepare", "forward", "output", "schedule", "sample"]
-    assert phases["prepare"]["total_ms"] == pytest.approx(586.233127)
-    assert phases["prepare"]["count"] == 20
-    assert phases["prepare"]["share"] == pytest.approx(586.233127 / 613.060025)
-    assert phases["sample"]["avg_ms"] == pytest.approx(0.0485203)
+    assert phases["prepare"]["total_ms"] == pytest.approx(154.282208)
+    assert phases["prepare"]["count"] == 10
+    assert phases["prepare"]["share"] == pytest.approx(154.282208 / 161.136148)
+    assert phases["sample"]["avg_ms"] == pytest.approx(0.0249681)
 
     kernels = summary["kernels"]
-    assert kernels["total_ms"] == pytest.approx(172.627381)
-    assert kernels["count"] == 7440
+    assert kernels["total_ms"] == pytest.approx(84.594315)
+    assert kernels["count"] == 3400
     assert len(kernels["top"]) == 15
-    assert kernels["top"][0]["share"] == pytest.approx(68.197132 / 172.627381)
+    assert kernels["top"][0]["share"] == pytest.approx(33.421634 / 84.594315)
     assert kernels["top"][1]["name"] == "_decode_kernel"
 
     api = summary["cuda_api"]
     assert api["top"][0]["name"] == "cuLaunchKernelEx"
-    assert api["count"] == 13501
-    assert api["total_ms"] == pytest.approx(79.431221)
+    assert api["count"] == 6411
+    assert api["total_ms"] == pytest.approx(22.612505)
 
-    # eager launches keep the GPU waiting: kernels run 28% of the step time
-    assert summary["kernel_busy_fraction"] == pytest.approx(172.627381 / 613.060025)
+    # eager launches keep the GPU waiting: kernels cover 51% of its timeline (3,400 kernels over
+    # 162.77 ms from the first one's start to the last one's end, 83.69 ms of it covered)
+    assert summary["kernel_busy_fraction"] == pytest.approx(83.694611 / 162.769523)
     idle = summary["gpu_idle"]
-    assert idle["total_ms"] == pytest.approx(613.060025 - 172.627381)
-    assert idle["per_step_ms"] == pytest.approx((613.060025 - 172.627381) / 20)
-    assert idle["share"] == pytest.approx((613.060025 - 172.627381) / 613.060025)
+    assert idle["total_ms"] == pytest.approx(162.769523 - 83.694611)
+    assert idle["per_step_ms"] == pytest.approx((162.769523 - 83.694611) / 10)
+    assert idle["share"] == pytest.approx((162.769523 - 83.694611) / 162.769523)
 
 
-def test_summary_of_a_graph_replayed_multi_step_decode():
-    summary = load_stats(ALL_ON)
-    assert summary["steps"]["count"] == 15 and summary["steps"]["total_ms"] == pytest.approx(966.899174)
+def test_summary_of_a_graph_replayed_multi_step_decode(tables):
+    summary = load_stats(tables(ALL_ON))
+    assert summary["steps"]["count"] == 3 and summary["steps"]["total_ms"] == pytest.approx(146.910027)
     phases = {row["name"]: row for row in summary["phases"]}
-    assert phases["sample"]["total_ms"] == pytest.approx(773.621521)  # the host waiting on the GPU
-    assert phases["forward"]["count"] == 120  # 8 forwards per step
+    assert phases["sample"]["total_ms"] == pytest.approx(91.243487)  # the host waiting on the GPU
+    assert phases["forward"]["count"] == 24  # 8 forwards per step
     assert summary["cuda_api"]["top"][0]["name"] == "cudaEventSynchronize"
-    assert summary["kernels"]["total_ms"] == pytest.approx(1189.114843)
-    # the kernels of the window's steps outlast its host time: the GPU runs behind the host
-    assert summary["kernel_busy_fraction"] == pytest.approx(1189.114843 / 966.899174)
-    assert summary["gpu_idle"] == {"total_ms": 0.0, "per_step_ms": 0.0, "share": 0.0}
+    # summed kernel time exceeds the GPU's timeline: dependent launches overlap kernels...
+    assert summary["kernels"]["total_ms"] == pytest.approx(219.531198)
+    # ...which the timeline counts once: 98% busy over 219.71 ms
+    assert summary["kernel_busy_fraction"] == pytest.approx(215.714431 / 219.710076)
+    assert summary["gpu_idle"]["total_ms"] == pytest.approx(219.710076 - 215.714431)
+    assert summary["gpu_idle"]["per_step_ms"] == pytest.approx((219.710076 - 215.714431) / 3)
 
 
 def rounded(value):
@@ -117,9 +144,9 @@ def rounded(value):
 
 
 @pytest.mark.parametrize("prefix, name", [(ALL_OFF, "profile_all_off"), (ALL_ON, "profile_all_on")])
-def test_summary_matches_the_committed_h200_profile(prefix, name):
+def test_summary_matches_the_committed_h200_profile(tables, prefix, name):
     committed = json.loads((RESULTS / f"{name}.json").read_text())
-    summary = load_stats(prefix)
+    summary = load_stats(tables(prefix))
     assert rounded({key: committed[key] for key in summary}) == rounded(summary)
 
 
@@ -130,7 +157,7 @@ def test_summary_keeps_only_the_llmbench_domain():
         {"name": "NCCL:ncclAllReduce", "total_ms": 3.0, "count": 2, "avg_ms": 1.5},
         {"name": ":warmup", "total_ms": 50.0, "count": 1, "avg_ms": 50.0},
     ]
-    summary = summarize(nvtx, kernels=[], cuda_api=[])
+    summary = summarize(nvtx, kernels=[], cuda_api=[], trace=[])
     assert [row["name"] for row in summary["phases"]] == ["forward"]
     assert summary["steps"]["total_ms"] == 10.0
     # no kernels captured: nothing to compare against
@@ -142,12 +169,50 @@ def test_missing_tables_count_as_empty(tmp_path):
     assert summary["steps"]["count"] == 0 and summary["kernels"]["top"] == []
 
 
-def test_report_section_renders_the_summary():
-    html = profile_section_html({"tool": "nsys", "step_range": "300:320", **load_stats(ALL_OFF)})
-    assert "Profile (nsys, steps 300:320)" in html
-    assert "<td>586.233</td>" in html  # prepare phase total
+def test_report_section_renders_the_summary(tables):
+    html = profile_section_html({"tool": "nsys", "step_range": "300:310", **load_stats(tables(ALL_OFF))})
+    assert "Profile (nsys, steps 300:310)" in html
+    assert "<td>154.282</td>" in html  # prepare phase total
     assert "_decode_kernel" in html
-    assert "GPU kernel busy: 28.2%" in html and "ran behind the host" not in html
-    assert "GPU idle between steps: 440.43 ms" in html
-    html = profile_section_html({"tool": "nsys", "step_range": "45:60", **load_stats(ALL_ON)})
-    assert "GPU kernel busy: 123.0%" in html and "ran behind the host" in html
+    assert "GPU kernel busy: 51.4%" in html
+    assert "GPU idle: 79.07 ms, 7.907 ms per step, 48.6% of that timeline" in html
+
+
+# the kernel timeline (cuda_gpu_trace)
+
+TRACE_CSV = """Generating SQLite file report.sqlite from report.nsys-rep
+Processing [report.sqlite] with [/opt/nsys/reports/cuda_gpu_trace.py]...
+"Start (ns)","Duration (ns)","CorrId","GrdX","Strm","Name"
+"1000","500","1","132","7","_gemv_kernel"
+"1400","300","2","132","7","_rms_norm_kernel"
+"1800","200","3","1","7","[CUDA memcpy Device-to-Host]"
+"2500","1000","4","64","7","nvjet_sm90_tst_128x8_64x12_2x1_v_bz_TNT"
+"3000","100","5","8","9","_argmax_kernel"
+"""
+
+
+def test_parse_trace_keeps_kernels_in_ms_and_drops_copies():
+    assert parse_trace_csv(TRACE_CSV) == [
+        pytest.approx((1e-3, 1.5e-3)),
+        pytest.approx((1.4e-3, 1.7e-3)),
+        pytest.approx((2.5e-3, 3.5e-3)),
+        pytest.approx((3.0e-3, 3.1e-3)),
+    ]
+    assert parse_trace_csv("SKIPPED: report.sqlite does not contain CUDA kernel data.") == []
+
+
+def test_timeline_counts_overlapping_kernels_once():
+    # 1.0-1.7 (a dependent launch overlapping its predecessor), idle 1.7-2.5, 2.5-3.5 (two streams)
+    timeline = kernel_timeline(parse_trace_csv(TRACE_CSV))
+    assert timeline["span_ms"] == pytest.approx(2.5e-3)
+    assert timeline["busy_ms"] == pytest.approx(1.7e-3)
+    assert kernel_timeline([]) is None
+    assert kernel_timeline([(5.0, 6.0), (0.0, 1.0), (0.5, 0.75)]) == {"span_ms": 6.0, "busy_ms": 2.0}
+
+
+def test_summary_busy_fraction_comes_from_the_timeline():
+    nvtx = [{"name": "llmbench:step", "total_ms": 4.0, "count": 2, "avg_ms": 2.0}]
+    kernels = [{"name": "k", "total_ms": 5.0, "count": 3}]  # summed durations: overlap counted twice
+    summary = summarize(nvtx, kernels, cuda_api=[], trace=[(0.0, 2.0), (1.0, 3.0), (3.5, 4.0)])
+    assert summary["kernel_busy_fraction"] == pytest.approx(3.5 / 4.0)
+    assert summary["gpu_idle"] == {"total_ms": 0.5, "per_step_ms": 0.25, "share": 0.125}

@@ -113,7 +113,12 @@ def test_nsys_commands(tmp_path):
     assert "--capture-range=cudaProfilerApi" in command and "--capture-range-end=stop" in command
     assert command[-len(run) - 1 :] == ["--sample=none", *run]
     stats = nsys.stats_command("/opt/nsys", tmp_path / "profile.nsys-rep", tmp_path / "nsys")
-    assert stats[2:6] == ["--report", "nvtx_sum,cuda_gpu_kern_sum,cuda_api_sum", "--format", "csv"]
+    assert stats[2:6] == [
+        "--report",
+        "nvtx_sum,cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_trace",
+        "--format",
+        "csv",
+    ]
     assert stats[-1] == str(tmp_path / "profile.nsys-rep")
     assert stats_csv_path(tmp_path / "nsys", "nvtx_sum") == tmp_path / "nsys_nvtx_sum.csv"
 
