@@ -2,7 +2,9 @@
 
 Requests queue up; a worker thread takes up to batch_size of them, left-pads them into one batch and
 generates greedily until the longest is done, as a simple static-batching server would. A streamer
-stamps each decode step once for the whole batch; poll() hands over what arrived since last time."""
+stamps each decode step once for the whole batch; poll() hands over what arrived since last time.
+An aborted request leaves the queue, or, already in a running batch, stops streaming: its row still
+computes (a static batch cannot shrink), and the batch ends early once every row is finished or aborted."""
 
 from __future__ import annotations
 
@@ -29,6 +31,10 @@ class _Stopped(Exception):
     """Raised inside generate() to abandon a batch when the backend closes."""
 
 
+class _BatchDone(Exception):
+    """Raised inside generate() when no row of the batch has anything left to stream."""
+
+
 class HFBackend:
     def start(self, config: RunConfig) -> None:
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -52,14 +58,16 @@ class HFBackend:
         self._queued: deque[tuple[str, list[int], SamplingParams]] = deque()
         self._work = threading.Condition()
         self._outputs: queue.Queue[RequestOutput] = queue.Queue()
-        self._num_unfinished = 0
+        self._live: set[str] = set()  # submitted, neither finished nor aborted (the runner's thread)
+        self._running: set[str] = set()  # the batch generate() is running (under _work)
+        self._aborted: set[str] = set()  # rows of that batch to stop streaming (under _work)
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._worker = threading.Thread(target=self._serve, name="hf-generate", daemon=True)
         self._worker.start()
 
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        self._num_unfinished += 1
+        self._live.add(request_id)
         problem = self._problem(prompt_token_ids, params)
         if problem is not None:
             reason, message = problem
@@ -82,23 +90,27 @@ class HFBackend:
             pass
         if self._error is not None:
             raise RuntimeError("hf generate failed") from self._error
-        self._num_unfinished -= sum(1 for o in outputs if o.finished)
+        # an aborted request's last tokens may have been queued before the streamer saw the abort
+        outputs = [o for o in outputs if o.request_id in self._live]
+        self._live.difference_update(o.request_id for o in outputs if o.finished)
         return outputs
 
     def has_unfinished(self) -> bool:
-        return self._num_unfinished > 0
+        return bool(self._live)
 
     def abort(self, request_id: str) -> None:
-        # only a queued request can go: generate() cannot drop one row of a running batch
+        if request_id not in self._live:
+            return
+        self._live.discard(request_id)
         with self._work:
-            for item in self._queued:
-                if item[0] == request_id:
-                    self._queued.remove(item)
-                    self._num_unfinished -= 1
-                    return
+            queued = [item for item in self._queued if item[0] == request_id]
+            if queued:
+                self._queued.remove(queued[0])
+            elif request_id in self._running:
+                self._aborted.add(request_id)
 
     def check_empty(self) -> None:
-        assert not self._queued and not self.has_unfinished(), f"{self._num_unfinished} requests unfinished"
+        assert not self._queued and not self._live, f"{len(self._live)} requests unfinished"
 
     def drain_step_records(self) -> list:
         return []  # generate() exposes no per-step breakdown
@@ -127,6 +139,7 @@ class HFBackend:
                         self._work.wait()
                     n = min(self.batch_size, len(self._queued))
                     batch = [self._queued.popleft() for _ in range(n)]
+                    self._running = {request_id for request_id, _, _ in batch}
                 if batch:
                     self._generate(batch)
         except _Stopped:
@@ -147,26 +160,38 @@ class HFBackend:
         sampling = (
             {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
         )
-        self.model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            max_new_tokens=max_new,
-            min_new_tokens=max_new if ignore_eos else 0,
-            pad_token_id=pad,
-            eos_token_id=None if ignore_eos else self.model_info.eos_token_id,
-            streamer=_BatchStreamer(batch, self._outputs, self._stop, self.model_info.eos_token_id),
-            **sampling,
+        streamer = _BatchStreamer(
+            batch, self._outputs, self._stop, self.model_info.eos_token_id, self._aborted
         )
+        try:
+            self.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max_new,
+                min_new_tokens=max_new if ignore_eos else 0,
+                pad_token_id=pad,
+                eos_token_id=None if ignore_eos else self.model_info.eos_token_id,
+                streamer=streamer,
+                **sampling,
+            )
+        except _BatchDone:
+            pass
+        with self._work:
+            self._running = set()
+            self._aborted.clear()
 
 
 class _BatchStreamer:
     """Turns generate()'s per-step token tensors into per-request outputs, one timestamp a step."""
 
-    def __init__(self, batch: list, outputs: queue.Queue, stop: threading.Event, eos_token_id: int):
+    def __init__(
+        self, batch: list, outputs: queue.Queue, stop: threading.Event, eos_token_id: int, aborted: set[str]
+    ):
         self.batch = batch
         self.outputs = outputs
         self.stop = stop
         self.eos_token_id = eos_token_id
+        self.aborted = aborted  # read without the lock: a set membership test sees one state or the other
         self.generated = [[] for _ in batch]
         self.done = [False] * len(batch)
         self.prompt_seen = False
@@ -179,9 +204,10 @@ class _BatchStreamer:
             return
         now = time.perf_counter()
         for i, token in enumerate(tokens.view(-1).tolist()):
+            request_id, _, params = self.batch[i]
+            self.done[i] = self.done[i] or request_id in self.aborted
             if self.done[i]:
                 continue
-            request_id, _, params = self.batch[i]
             self.generated[i].append(token)
             stop = (
                 not params.ignore_eos
@@ -195,6 +221,8 @@ class _BatchStreamer:
             self.outputs.put(
                 RequestOutput(request_id, [token], self.done[i], reason, t_emit=now, token_ids=token_ids)
             )
+        if all(self.done):
+            raise _BatchDone
 
     def end(self) -> None:
         pass

@@ -36,3 +36,44 @@ def test_hf_peer_runs_the_same_model_and_stamps_each_step(tmp_path):
     # static batches of max_num_seqs: the first four start together and share their first-token time
     first = sorted(hf.values(), key=lambda r: int(r.id))[:4]
     assert len({r.first_token_time for r in first}) == 1
+
+
+def test_abort_stops_a_running_row_and_an_all_aborted_batch_ends_early():
+    from engine.request import SamplingParams
+    from llmbench.backends.hf import HFBackend
+
+    backend = HFBackend()
+    backend.start(parse_config({**RUN, "engine": {"max_num_seqs": 3}}, ["backend.type=hf"]))
+    forwards = []
+    backend.model.register_forward_hook(lambda *_: forwards.append(1))
+    long, short = (
+        SamplingParams(max_tokens=60, ignore_eos=True),
+        SamplingParams(max_tokens=3, ignore_eos=True),
+    )
+    for request_id, params in (("a", long), ("b", short), ("c", long)):
+        backend.submit(request_id, [5, 6, 7], params)
+    seen: dict[str, list] = {"a": [], "b": [], "c": [], "d": []}
+    while not seen["a"]:
+        for out in backend.poll():
+            seen[out.request_id].append(out)
+    backend.abort("a")
+    after_abort = len(seen["a"])
+    while backend.has_unfinished() and not (seen["b"] and seen["b"][-1].finished):
+        for out in backend.poll():
+            seen[out.request_id].append(out)
+    backend.abort("c")
+    while backend.has_unfinished():
+        for out in backend.poll():
+            seen[out.request_id].append(out)
+    backend.submit("d", [8, 9], SamplingParams(max_tokens=1, ignore_eos=True))
+    while backend.has_unfinished():
+        for out in backend.poll():
+            seen[out.request_id].append(out)
+    backend.check_empty()
+    backend.close()
+    # "a" streamed nothing after its abort; "b" finished normally beside it
+    assert len(seen["a"]) == after_abort and not any(out.finished for out in seen["a"] + seen["c"])
+    assert seen["b"][-1].finished and len(seen["b"][-1].token_ids) == 3
+    assert seen["d"][-1].finished
+    # with every row done or aborted the batch stopped: far fewer than its 200 decode forwards
+    assert len(forwards) < 100
