@@ -32,7 +32,8 @@ class EngineCoreError(RuntimeError):
 
 
 class EngineCoreClient:
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, step_hook: str | None = None):
+        """step_hook: "module:function" the core process calls for its step hook (engine/core_process.py)."""
         self._dir = tempfile.mkdtemp(prefix="llmbench-core-")
         self._context = zmq.Context()
         self._push = self._context.socket(zmq.PUSH)
@@ -50,6 +51,7 @@ class EngineCoreClient:
         # a fresh interpreter, not multiprocessing: nothing of the caller's main module is re-run
         level = str(logging.getLogger().getEffectiveLevel())
         command = [sys.executable, "-m", "engine.core_process", inbox, outbox, str(os.getpid()), level]
+        command += [step_hook] if step_hook else []
         self._process = subprocess.Popen(command)
         self._exited = os.pidfd_open(self._process.pid)  # readable once the core has exited
         self._poller = zmq.Poller()

@@ -7,11 +7,16 @@ frontend -> core: the EngineConfig first, then a list of commands per message:
     ("add", id, prompt, params, arrival_time), ("abort", id), ("drain",), ("check",), ("shutdown",)
 core -> frontend: ("ready", ExecutorInfo fields) once, ("outputs", [row, ...]) after every step that
     produced any, ("records", [row, ...]) answering a drain, ("checked", failure text or None)
-    answering a check, ("error", (type, message, traceback))"""
+    answering a check, ("error", (type, message, traceback))
+
+A step hook, named "module:function" on the command line, lets a tool act at the core's step boundaries
+without the engine knowing it: the function returns None or an object whose before_step() runs before
+every engine step and close() once at the end (llmbench's profiler window uses it)."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import operator
 import os
@@ -69,7 +74,7 @@ def record_from_row(row: tuple) -> StepRecord:
     return StepRecord(*row)
 
 
-def run_core(inbox: str, outbox: str, parent_pid: int, log_level: int) -> None:
+def run_core(inbox: str, outbox: str, parent_pid: int, log_level: int, step_hook: str | None = None) -> None:
     """The core process's work; returns on a shutdown command or when the parent is gone."""
     # Ctrl-C reaches the whole process group: the frontend handles it and shuts the core down
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -84,7 +89,7 @@ def run_core(inbox: str, outbox: str, parent_pid: int, log_level: int) -> None:
             if os.getppid() != parent_pid:
                 return  # the frontend died before sending the config
         config = pickle.loads(pull.recv())
-        _CoreLoop(config, pull, push, parent_pid).run()
+        _CoreLoop(config, pull, push, parent_pid, _make_step_hook(step_hook)).run()
     except Exception as e:
         push.send(pack("error", (type(e).__name__, str(e), traceback.format_exc())))
     finally:
@@ -93,11 +98,21 @@ def run_core(inbox: str, outbox: str, parent_pid: int, log_level: int) -> None:
         context.term()
 
 
+def _make_step_hook(spec: str | None) -> Any:
+    if not spec:
+        return None
+    module, _, function = spec.partition(":")
+    return getattr(importlib.import_module(module), function)()
+
+
 class _CoreLoop:
-    def __init__(self, config: EngineConfig, pull: zmq.Socket, push: zmq.Socket, parent_pid: int):
+    def __init__(
+        self, config: EngineConfig, pull: zmq.Socket, push: zmq.Socket, parent_pid: int, step_hook: Any
+    ):
         from engine.llm_engine import LLMEngine
 
         self.pull, self.push, self.parent_pid = pull, push, parent_pid
+        self.step_hook = step_hook
         self.engine = LLMEngine(config)
         executor = self.engine.executor
         # fields as a plain tuple: this module runs as __main__ here, its classes do not unpickle
@@ -122,6 +137,8 @@ class _CoreLoop:
                         return
                 if not engine.has_unfinished():
                     continue
+                if self.step_hook is not None:
+                    self.step_hook.before_step()
                 outputs = engine.step()
                 sent = time.perf_counter()
                 if outputs:
@@ -129,6 +146,8 @@ class _CoreLoop:
                 self.ipc_ms[self.steps] = received_ms + (time.perf_counter() - sent) * 1e3
                 self.steps += 1
         finally:
+            if self.step_hook is not None:
+                self.step_hook.close()
             engine.shutdown()
 
     def _receive(self, wait: bool) -> float:
@@ -177,5 +196,5 @@ class _CoreLoop:
 
 
 if __name__ == "__main__":
-    # started as `python -m engine.core_process INBOX OUTBOX PARENT_PID LOG_LEVEL`
-    run_core(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    # started as `python -m engine.core_process INBOX OUTBOX PARENT_PID LOG_LEVEL [MODULE:FUNCTION]`
+    run_core(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:6])

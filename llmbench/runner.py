@@ -76,7 +76,8 @@ def run_benchmark(
         run_start = time.perf_counter()
         config_dict = config.to_dict()
         writer = ResultWriter(run_dir, config_dict, run_start, config.output.save_tokens)
-        state = _RunState(backend, writer, config, progress, run_start, window=window_from_env())
+        window = None if backend.profiles_own_steps else window_from_env()
+        state = _RunState(backend, writer, config, progress, run_start, window=window)
         trial_metrics: list[dict[str, Any]] = []
         complete = interrupted = False
         stopped = None

@@ -33,6 +33,9 @@ class ModelInfo:
 
 class Backend(Protocol):
     model_info: ModelInfo
+    # True when engine steps run in another process that opens the profile window around them itself
+    # (the split engine's core); the runner then opens none around its polls
+    profiles_own_steps: bool
 
     def start(self, config: RunConfig) -> None: ...
 

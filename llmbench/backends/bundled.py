@@ -10,12 +10,15 @@ from engine.request import RequestOutput, SamplingParams
 from llmbench.backends import ModelInfo
 from llmbench.config import RunConfig
 
+# a split core opens `llmbench profile`'s step window itself, around its own engine steps
+CORE_STEP_HOOK = "llmbench.profiling.window:window_from_env"
+
 
 class BundledBackend:
     def start(self, config: RunConfig) -> None:
-        self.engine = (
-            EngineCoreClient(config.engine) if config.engine.process_split else LLMEngine(config.engine)
-        )
+        split = config.engine.process_split
+        self.engine = EngineCoreClient(config.engine, CORE_STEP_HOOK) if split else LLMEngine(config.engine)
+        self.profiles_own_steps = split
         self.model_info = ModelInfo.from_shape(self.engine.executor.shape, self.engine.executor.max_model_len)
 
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:

@@ -36,6 +36,8 @@ class _BatchDone(Exception):
 
 
 class HFBackend:
+    profiles_own_steps = False
+
     def start(self, config: RunConfig) -> None:
         from transformers import LlamaConfig, LlamaForCausalLM
         from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding

@@ -47,14 +47,7 @@ def profile_run(
         raise ProfileError(f"unknown profiler {tool!r}: expected one of {', '.join(TOOLS)}")
     if extra_args and tool != "nsys":
         raise ProfileError("extra arguments after -- are passed to nsys; they need --nsys")
-    run_config = load_config(config, list(overrides))  # a config mistake stops here, before any profiler
-    if run_config.engine.process_split:
-        # the step window opens the profiler in the runner's process, and the split engine's steps run
-        # in another one: the capture would hold none of them
-        raise ProfileError(
-            "engine.process_split is on: the engine core runs in another process that the profiler "
-            "window cannot reach; profile with --set engine.process_split=false"
-        )
+    load_config(config, list(overrides))  # a config mistake stops here, before any profiler
     nsys_path = nsys.find_nsys() if tool == "nsys" else None
     out_dir = (out_dir or default_out_dir(config, tool)).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
