@@ -10,8 +10,8 @@ config=configs/llama3-8b-decode.yaml
 all_off=(--set engine.process_split=false --set engine.async_output=false --set engine.num_scheduler_steps=1
   --set engine.cuda_graphs=false --set engine.chunked_prefill=false --set engine.prefix_caching=false)
 # steps count warm-up too: the windows sit in the main run's decode (16 warm-up requests of 256 tokens
-# take ~260 single steps, or ~33 eight-token steps). The profiler window is opened in the runner's
-# process, so the all-on profile keeps the engine in that process.
+# take ~260 single steps, or ~33 eight-token steps). The all-on profile keeps the engine in the runner's
+# process, as the committed profiles do (the split core profiles too: results/h200/profile_all_on_split.json).
 all_on=(--set engine.process_split=false --set engine.async_output=true --set engine.num_scheduler_steps=8
   --set engine.cuda_graphs=true --set engine.chunked_prefill=true --set engine.prefix_caching=true)
 timeout 330 python -m llmbench ablate "$config" --out "$work/ablation" 2>&1 | tee "$out/ablate.log" | tail -14
