@@ -132,7 +132,7 @@ def _gemv_kernel(
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=out_mask)
 
 
-def launch_config(block_m: int, n: int, k: int) -> tuple[int, int, int]:
+def launch_config(block_m: int, k: int) -> tuple[int, int, int]:
     """(BLOCK_N, BLOCK_K, num_warps): few rows a program, long runs of K. On an H200 at one row, with
     dependent launches, 4 x 1024 by 4 warps was the best or within 1.1 us of it on every Llama-3-8B
     matmul, 16 x 512 (the earlier choice) 1-7 us slower (results/h200/gemv_sweep.json)."""
@@ -165,7 +165,7 @@ def gemv(
         return out
     block_m = triton.next_power_of_2(m)
     # gated: a program's gate rows, then its up rows, each a tile of the plain launch's size
-    block_n, block_k, warps = launch or launch_config(block_m, weight.shape[0], k)
+    block_n, block_k, warps = launch or launch_config(block_m, k)
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x,
         weight,

@@ -40,7 +40,7 @@ def sweep_shape(name: str, n: int, k: int, gated: bool) -> dict:
 
     row = {"matmul": name, "n": n, "k": k, "weight_mb": 2 * n * k / 1e6}
     row["cublas_us"] = timed_per_weight(cublas, weights)
-    row["default_launch"] = launch_config(1, n, k)
+    row["default_launch"] = launch_config(1, k)
     configs = []
     for block_n, block_k in TILES:
         for warps in WARPS:
