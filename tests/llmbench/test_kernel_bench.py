@@ -47,3 +47,18 @@ def test_result_table_shows_rates_fractions_and_target_verdicts():
     text = console.export_text()
     assert "3000 GB/s" in text and "75%" in text and "80% MISSED" in text
     assert "400 TFLOP/s" in text and "50%" in text
+
+
+def test_every_engine_kernel_has_a_case_and_cases_are_distinct():
+    from llmbench.kernel_cases import all_cases
+
+    cases = all_cases(torch.bfloat16)  # building a Case allocates nothing: inputs come from make()
+    keys = [(case.kernel, case.shape) for case in cases]
+    assert len(keys) == len(set(keys))
+    kernels = {case.kernel.split(" ")[0] for case in cases}
+    for name in ("rms_norm", "rope_and_write_kv", "silu_and_mul", "write_kv", "paged_decode_attention"):
+        assert name in kernels
+    assert {"paged_prefill_attention", "gemv", "argmax"} <= kernels
+    # one-row GEMVs move their weight once: the LM head is 128256 x 4096 bf16
+    lm_head = next(case for case in cases if case.kernel == "gemv (lm_head)")
+    assert lm_head.work == 128256 * 4096 * 2 and lm_head.bound == "memory"
