@@ -16,8 +16,9 @@ import triton.language as tl
 
 @functools.lru_cache
 def supported(device: torch.device) -> bool:
-    """True on a CUDA device of compute capability 9.0 or later, compiled (the interpreter has no GDC)."""
-    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+    """True on an NVIDIA device of compute capability 9.0 or later, compiled (the interpreter has no grid
+    dependency control, and ROCm, which also reports its GPUs as "cuda", has none either)."""
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1" or torch.version.hip:
         return False
     return torch.cuda.get_device_capability(device)[0] >= 9
 
