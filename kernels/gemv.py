@@ -4,6 +4,8 @@ At a handful of rows a linear layer is a pass over its weight: the kernel stream
 in wide contiguous loads, and keeps the few activation rows beside it. Products are summed elementwise
 in float32 (no tensor-core dot: it needs 16 rows and would multiply padding), reduced once at the end.
 Programs split N only, so every program finishes its rows alone: no split-K partials, no second kernel.
+Under dependent launch (kernels/pdl.py) a program loads its first weight tile before it waits for the
+kernel that writes x.
 
 `gated=True` fuses the Llama MLP activation: w holds gate then up rows ([2I, K]), and a program
 computes matching gate and up rows together and writes silu(gate) * up, [M, I]."""
