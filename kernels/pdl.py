@@ -26,7 +26,10 @@ def supported(device: torch.device) -> bool:
 @triton.jit
 def wait_for_previous_kernel(PDL: tl.constexpr):
     """Block until the previous kernel has finished and its writes are visible, then let the next kernel
-    be scheduled: it waits the same way, so at most one kernel sits ahead, holding no SM it could use."""
+    be scheduled. The next one is released only once every program of this one has started, so its
+    waiting programs never take a slot this kernel needs, and only one kernel at a time waits ahead.
+    Call it before any early return: a program that skips it lets its kernel finish before the one
+    it depends on."""
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
