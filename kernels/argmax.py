@@ -31,8 +31,11 @@ def _chunk_max_kernel(
     row, chunk = tl.program_id(0).to(tl.int64), tl.program_id(1)
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
     values = tl.load(logits_ptr + row * stride_row + cols, mask=cols < vocab, other=float("-inf"))
+    values = values.to(tl.float32)
+    # NaN wins, as in torch (else no column would equal the max and the index would fall off the row)
+    values = tl.where(values != values, float("inf"), values)
     # an all -inf chunk reports its first column (-inf == -inf), so an all -inf row gives 0 as in torch
-    top, col = _first_max(values.to(tl.float32), cols, vocab)
+    top, col = _first_max(values, cols, vocab)
     tl.store(part_max_ptr + row * tl.num_programs(1) + chunk, top)
     tl.store(part_col_ptr + row * tl.num_programs(1) + chunk, col)
 

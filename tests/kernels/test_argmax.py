@@ -34,6 +34,13 @@ def test_all_minus_inf_row_and_strided_rows():
         triton_ops.argmax(wide.T)
 
 
+def test_a_nan_wins_as_in_torch():
+    logits = torch.randn(2, 5000, device=DEVICE)
+    logits[0, 4321] = float("nan")
+    logits[1, [10, 4500]] = float("nan")
+    assert triton_ops.argmax(logits).tolist() == reference.argmax(logits).tolist() == [4321, 10]
+
+
 def test_no_rows():
     assert triton_ops.argmax(torch.zeros(0, 16, device=DEVICE)).shape == (0,)
 
