@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 
 import torch
 
@@ -60,7 +60,8 @@ class HFBackend:
         self._queued: deque[tuple[str, list[int], SamplingParams]] = deque()
         self._work = threading.Condition()
         self._outputs: queue.Queue[RequestOutput] = queue.Queue()
-        self._live: set[str] = set()  # submitted, neither finished nor aborted (the runner's thread)
+        # submitted, neither finished nor aborted (the runner's thread); a reused id is live twice
+        self._live: Counter[str] = Counter()
         self._running: set[str] = set()  # the batch generate() is running (under _work)
         self._aborted: set[str] = set()  # rows of that batch to stop streaming (under _work)
         self._stop = threading.Event()
@@ -69,7 +70,7 @@ class HFBackend:
         self._worker.start()
 
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        self._live.add(request_id)
+        self._live[request_id] += 1
         problem = self._problem(prompt_token_ids, params)
         if problem is not None:
             reason, message = problem
@@ -93,17 +94,18 @@ class HFBackend:
         if self._error is not None:
             raise RuntimeError("hf generate failed") from self._error
         # an aborted request's last tokens may have been queued before the streamer saw the abort
-        outputs = [o for o in outputs if o.request_id in self._live]
-        self._live.difference_update(o.request_id for o in outputs if o.finished)
+        outputs = [o for o in outputs if self._live[o.request_id] > 0]
+        self._live.subtract(o.request_id for o in outputs if o.finished)
+        self._live = +self._live  # drop the ids that reached zero
         return outputs
 
     def has_unfinished(self) -> bool:
         return bool(self._live)
 
     def abort(self, request_id: str) -> None:
-        if request_id not in self._live:
+        if self._live[request_id] <= 0:
             return
-        self._live.discard(request_id)
+        del self._live[request_id]
         with self._work:
             queued = [item for item in self._queued if item[0] == request_id]
             if queued:
@@ -112,7 +114,7 @@ class HFBackend:
                 self._aborted.add(request_id)
 
     def check_empty(self) -> None:
-        assert not self._queued and not self._live, f"{len(self._live)} requests unfinished"
+        assert not self._queued and not self._live, f"{self._live.total()} requests unfinished"
 
     def drain_step_records(self) -> list:
         return []  # generate() exposes no per-step breakdown
