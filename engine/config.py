@@ -78,6 +78,7 @@ class EngineConfig:
     cuda_graphs: bool = False
     cuda_graph_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256])
     attention_backend: str = "auto"  # auto: triton on cuda, torch on cpu
+    dependent_launch: bool = True  # Triton kernels on Hopper and later: programmatic dependent launch
     # measurement
     step_timing: bool = True  # per-step host phase times and CUDA events
 

@@ -18,7 +18,7 @@ from engine.models.llama import KVCache
 from engine.nvtx_ranges import nvtx_ranges, phase_range
 from engine.request import SamplingParams
 from engine.sampler import Sampler
-from kernels import reference
+from kernels import pdl, reference
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ class ModelRunner:
         self.block_size = config.block_size
         self.device = resolve_device(config.model.device)
         ops = select_ops(config.attention_backend, self.device)
+        pdl.set_enabled(config.dependent_launch)  # before any kernel runs or a graph is captured
         head_dim = model_shape(config.model).head_dim
         if ops is not reference and head_dim & (head_dim - 1):
             # the Triton kernels tile a head in one power-of-two block

@@ -2,7 +2,9 @@
 kernel before it in the stream is still finishing. Each such kernel waits (`wait_for_previous_kernel`)
 before it reads anything the previous kernel wrote, and may do independent work, like streaming its
 weights, before that. At batch 1 a decode step is ~290 short kernels, and the gap between two of them
-(the tail of one, the launch and first loads of the next) is a visible share of the step."""
+(the tail of one, the launch and first loads of the next) is a visible share of the step.
+
+EngineConfig.dependent_launch switches it off (the model runner applies it here, for the process)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,18 @@ import torch
 import triton
 import triton.language as tl
 
+_enabled = True
+
+
+def set_enabled(enabled: bool) -> None:
+    """Use dependent launch where the device supports it (True) or never (False), process-wide: kernel
+    launches and CUDA-graph captures after this call follow it."""
+    global _enabled
+    _enabled = enabled
+
 
 @functools.lru_cache
-def supported(device: torch.device) -> bool:
+def device_supports(device: torch.device) -> bool:
     """True on an NVIDIA device of compute capability 9.0 or later, compiled (the interpreter has no grid
     dependency control, and ROCm, which also reports its GPUs as "cuda", has none either)."""
     if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1" or torch.version.hip:
@@ -38,5 +49,5 @@ def wait_for_previous_kernel(PDL: tl.constexpr):
 def launch_args(device: torch.device) -> dict:
     """Keyword arguments for a kernel launch: the kernel's PDL flag and Triton's launch option, always
     together (a kernel launched early that does not wait would race the previous one)."""
-    use = supported(device)
+    use = _enabled and device_supports(device)
     return {"PDL": use, "launch_pdl": use}

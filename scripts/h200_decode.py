@@ -152,7 +152,7 @@ def kernel_breakdown(engine: LLMEngine, prompts: list[list[int]], max_tokens: in
     return sorted(rows, key=lambda r: -r["us_per_step"])[:20]
 
 
-def decode_engine(preset: str, num_scheduler_steps: int) -> LLMEngine:
+def decode_engine(preset: str, num_scheduler_steps: int, dependent_launch: bool) -> LLMEngine:
     return LLMEngine(
         EngineConfig(
             model=ModelConfig(preset=preset, device="cuda", dtype="bfloat16"),
@@ -164,6 +164,7 @@ def decode_engine(preset: str, num_scheduler_steps: int) -> LLMEngine:
             cuda_graphs=True,
             cuda_graph_sizes=[1, 2, 4, 8],
             attention_backend="triton",
+            dependent_launch=dependent_launch,
         )
     )
 
@@ -193,15 +194,14 @@ def main() -> None:
     parser.add_argument("--no-pdl", action="store_true", help="launch every kernel the ordinary way")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    if args.no_pdl:
-        pdl.supported = lambda device: False
+    pdl.set_enabled(not args.no_pdl)  # the matmul timings too, not only the engines
 
     copy_gbs = copy_bandwidth_gbs()
     gemv_error = smoke_check_gemv()
     if gemv_error is not None:
         print(f"GEMV FAILED, engine falls back to cuBLAS: {gemv_error}")
         triton_ops.GEMV_MAX_TOKENS = 0
-    engine = decode_engine(args.preset, num_scheduler_steps=1)
+    engine = decode_engine(args.preset, num_scheduler_steps=1, dependent_launch=not args.no_pdl)
     runner = engine.executor
     shape = runner.shape
     prompt = [(i * 7919) % (shape.vocab_size - 10) + 5 for i in range(args.prompt_len)]
@@ -232,7 +232,7 @@ def main() -> None:
         breakdown = [{"error": str(e)}]
     engine.shutdown()
     # multi-step scheduling: 8 forwards per schedule, the host's per-step work paid once for all 8
-    engine = decode_engine(args.preset, num_scheduler_steps=8)
+    engine = decode_engine(args.preset, num_scheduler_steps=8, dependent_launch=not args.no_pdl)
     decode_per_token(engine, prompt, 16)
     measure("cuda_graphs_8_steps")
     engine.config.async_output = True
@@ -255,7 +255,7 @@ def main() -> None:
         "roofline_ms_per_token": roofline_ms,
         "target_tokens_per_s": target,
         "gemv_max_tokens": triton_ops.GEMV_MAX_TOKENS,
-        "pdl": pdl.supported(torch.device("cuda")),
+        "pdl": pdl.launch_args(torch.device("cuda"))["PDL"],
         "gemv_error": gemv_error,
         "wall_ms_per_token": wall,
         "gpu_ms_per_token": gpu,

@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.no_pdl:
-        pdl.supported = lambda device: False
+        pdl.set_enabled(False)
     s = PRESETS[args.preset]
     shapes = [
         ("qkv_proj", s.q_size + 2 * s.kv_size, s.hidden_size, False),
@@ -83,7 +83,7 @@ def main() -> None:
     result = {
         "command": "python " + " ".join(sys.argv),
         "device": torch.cuda.get_device_name(),
-        "pdl": pdl.supported(torch.device("cuda")),
+        "pdl": pdl.launch_args(torch.device("cuda"))["PDL"],
         "rows": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from kernels import pdl, reference, triton_ops
+from kernels import reference, triton_ops
 from tests.kernels.paged_kv import DEVICE
 
 
@@ -43,10 +43,3 @@ def test_a_nan_wins_as_in_torch():
 
 def test_no_rows():
     assert triton_ops.argmax(torch.zeros(0, 16, device=DEVICE)).shape == (0,)
-
-
-def test_dependent_launch_is_off_without_a_compiled_hopper_kernel():
-    # the interpreter has no grid-dependency control: kernels must launch the ordinary way
-    device = torch.device(DEVICE)
-    use = device.type == "cuda" and not torch.version.hip and torch.cuda.get_device_capability(device)[0] >= 9
-    assert pdl.launch_args(device) == {"PDL": use, "launch_pdl": use}
