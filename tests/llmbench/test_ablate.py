@@ -3,7 +3,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from llmbench.ablate import TOGGLES, AblationError, Variant, available, parse_order, plan
+from llmbench.ablate import DEFAULT_ORDER, TOGGLES, AblationError, Variant, available, parse_order, plan
 from llmbench.cli import app
 from llmbench.config import parse_config
 from llmbench.results import load_requests, load_summary
@@ -11,7 +11,8 @@ from tests.llmbench.conftest import NULL_RUN
 
 
 def test_order_names_are_checked():
-    assert parse_order(None) == list(TOGGLES)
+    assert parse_order(None) == DEFAULT_ORDER == [name for name in TOGGLES if name != "dependent_launch"]
+    assert parse_order("cuda_graphs,dependent_launch") == ["cuda_graphs", "dependent_launch"]
     assert parse_order(" async_output, num_scheduler_steps ") == ["async_output", "num_scheduler_steps"]
     with pytest.raises(AblationError, match="unknown toggle 'turbo'"):
         parse_order("async_output,turbo")
@@ -36,11 +37,12 @@ def test_plan_adds_toggles_one_at_a_time_then_leaves_each_out():
     ]
 
 
-def test_cuda_graphs_are_left_out_without_a_forward_to_capture(caplog):
+def test_gpu_toggles_are_left_out_without_kernels_to_run(caplog):
     config = parse_config(NULL_RUN)
     with caplog.at_level("INFO"):
-        assert available(["cuda_graphs", "prefix_caching"], config) == ["prefix_caching"]
-    assert "leaves out cuda_graphs: the null executor has no forward to capture" in caplog.text
+        assert available(["cuda_graphs", "dependent_launch", "prefix_caching"], config) == ["prefix_caching"]
+    assert "leaves out cuda_graphs: the null executor runs no kernels" in caplog.text
+    assert "leaves out dependent_launch: the null executor runs no kernels" in caplog.text
     assert available(["prefix_caching"], config) == ["prefix_caching"]
 
 
