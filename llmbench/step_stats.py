@@ -94,8 +94,10 @@ class StepCosts:
     def utilization(self, row: dict[str, Any]) -> tuple[float, float]:
         """(MBU, MFU) of one step; NaN without GPU time or batch context."""
         gpu_s = _gpu_seconds(row)
+        if gpu_s is None:  # CPU runs: every step, so skip the byte and FLOP counts
+            return math.nan, math.nan
         nbytes, flops = self.step_bytes(row), self.step_flops(row)
-        if gpu_s is None or nbytes is None or flops is None:
+        if nbytes is None or flops is None:
             return math.nan, math.nan
         return nbytes / gpu_s / self.peak_bandwidth, flops / gpu_s / self.peak_flops
 
