@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from engine.config import ConfigError
+from llmbench import cli_studies
 from llmbench.cli_common import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -76,72 +77,8 @@ def run(
         raise typer.Exit(EXIT_FAILURE)
 
 
-@app.command()
-def ablate(
-    config: Annotated[Path, typer.Argument(help="YAML run config, e.g. configs/ci.yaml")],
-    order: Annotated[
-        str | None, typer.Option(help="Toggles to add one at a time, comma-separated (default: all)")
-    ] = None,
-    leave_one_out: Annotated[
-        bool, typer.Option("--leave-one-out", help="Also run all on with each toggle off")
-    ] = False,
-    set_: SetOption = None,
-    out: Annotated[Path | None, typer.Option(help="Directory (default: results/NAME-ablation-TIME)")] = None,
-    no_report: NoReportOption = False,
-    verbose: VerboseOption = False,
-) -> None:
-    """Run a workload with every optimization off, then add them one at a time; write ablation.json.
-
-    Example:
-
-        llmbench ablate configs/ci.yaml --order process_split,num_scheduler_steps --leave-one-out
-    """
-    from llmbench.ablate import AblationError, ablation_table, run_ablation
-
-    setup_logging(verbose)
-    user_errors = (AblationError, ConfigFileError, ConfigError, WorkloadError)
-    failure = f"ablation failed; variants measured so far are in {out or 'results/'}"
-    # Ctrl-C while a variant's model loads; during a run, run_benchmark keeps what it measured
-    with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
-        result = run_ablation(config, set_ or [], order, leave_one_out, out, progress)
-    print_wide(ablation_table(result.ablation))
-    console.print(f"results: {result.out_dir}", highlight=False)
-    if not no_report and (result.out_dir / "summary.json").is_file():
-        show_report(result.out_dir)
-    if result.interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
-
-
-@app.command()
-def soak(
-    requests: Annotated[int, typer.Option(min=1, help="Requests to run through each pool")] = 10_000,
-    blocks: Annotated[int, typer.Option(min=1, help="KV blocks of the small, preempting pool")] = 64,
-    seed: Annotated[int, typer.Option(help="Workload and arrival seed")] = 0,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a model.* or engine.* value: key.path=value (repeatable)"),
-    ] = None,
-    out: Annotated[Path | None, typer.Option(help="Also write the figures as JSON to this file")] = None,
-) -> None:
-    """Preemption soak: the same requests through a KV pool far too small for them, then a large one.
-
-    Exits 1 unless no request is lost or duplicated, no block leaks, and the greedy outputs of both
-    pools are identical. The default model is the null executor (tiny shapes, no forward).
-
-    Example:
-
-        llmbench soak --requests 10000 --blocks 64 --out results/cpu/soak.json
-    """
-    from llmbench.soak import SoakError, run_soak, soak_engine_config, soak_table
-
-    setup_logging()
-    with exit_codes((SoakError, ConfigError)):
-        engine_config = soak_engine_config(set_ or [], blocks)
-    result = run_soak(engine_config, requests, seed)
-    console.print(soak_table(result))
-    if out is not None:
-        save_json(out, result.to_dict())
-    raise typer.Exit(0 if result.passed else EXIT_FAILURE)
+for study in (cli_studies.ablate, cli_studies.sweep, cli_studies.soak):
+    app.command()(study)
 
 
 @app.command()

@@ -48,6 +48,7 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     add(plots.utilization(runs, out_dir), "MBU and MFU per step", "No MBU/MFU columns in the step log.")
     for run in runs:
         add(plots.ablation_waterfall(run, out_dir), f"Ablation waterfall: {run.label}")
+        add(plots.sweep_curve(run, out_dir), f"Rate sweep: {run.label}")
 
     report = out_dir / "report.html"
     report.write_text(render_html(runs, figures, notes), encoding="utf-8")

@@ -137,6 +137,15 @@ def _ablation_table(run: RunData) -> str:
     return f"<p>Order: {order}</p>" + _table(header, rows)
 
 
+def _sweep_table(run: RunData) -> str:
+    keys = ("request_throughput", "output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms")
+    rows = [
+        [esc(p.get("label"))] + [_number((p.get("metrics") or {}).get(k)) for k in keys]
+        for p in run.sweep["points"]
+    ]
+    return _table(["offered req/s", *keys], rows)
+
+
 def _figure(path: Path, caption: str) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return (
@@ -147,7 +156,7 @@ def _figure(path: Path, caption: str) -> str:
 
 def render_html(runs: list[RunData], figures: list[tuple[Path, str]], notes: list[str]) -> str:
     """The report page: summary and environment tables, figures, notes on what could not be drawn,
-    each run's ablation, slowest and failed requests, and resolved config."""
+    each run's ablation or rate sweep, slowest and failed requests, and resolved config."""
     title = "llmbench report: " + ", ".join(run.label for run in runs)
     parts = [
         f"<h1>{esc(title)}</h1>",
@@ -168,6 +177,8 @@ def render_html(runs: list[RunData], figures: list[tuple[Path, str]], notes: lis
             )
         if run.ablation and run.ablation.get("variants"):
             parts += ["<h3>Ablation</h3>", _ablation_table(run)]
+        if run.sweep and run.sweep.get("points"):
+            parts += ["<h3>Rate sweep</h3>", _sweep_table(run)]
         profile = load_profile(run.path)
         if profile is not None:
             parts.append(profile_section_html(profile))

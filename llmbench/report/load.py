@@ -37,6 +37,7 @@ class RunData:
     requests: list[dict[str, Any]]  # requests.jsonl rows, warm-up left out
     steps: pd.DataFrame | None  # steps.csv, None when absent or empty
     ablation: dict[str, Any] | None  # ablation.json when `llmbench ablate` wrote one
+    sweep: dict[str, Any] | None  # sweep.json when `llmbench sweep` wrote one
     samples: dict[str, np.ndarray]  # ttft, tpot, e2el per request and itl per gap, in ms
     token_times: np.ndarray  # every measured output-token arrival, seconds since run start
     label: str = ""
@@ -84,6 +85,7 @@ def load_run(path: Path) -> RunData:
         requests=measured,
         steps=steps,
         ablation=_read_json(path / "ablation.json"),
+        sweep=_read_json(path / "sweep.json"),
         samples=samples,
         token_times=token_times,
     )

@@ -190,6 +190,29 @@ def ablation_waterfall(run: RunData, out_dir: Path) -> Path | None:
     return _save(fig, out_dir / f"ablation_{run.slug}.png")
 
 
+def sweep_curve(run: RunData, out_dir: Path) -> Path | None:
+    """TTFT and TPOT (median and p99) against the output throughput each offered rate reached."""
+    points = [p for p in (run.sweep or {}).get("points", []) if p.get("metrics", {}).get("output_throughput")]
+    if not points:
+        return None
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    throughput = [p["metrics"]["output_throughput"] for p in points]
+    for ax, name in zip(fig.subplots(1, 2), ("ttft", "tpot"), strict=True):
+        for stat, style in (("median", "o-"), ("p99", "s--")):
+            values = [p["metrics"].get(f"{stat}_{name}_ms") for p in points]
+            if any(v is not None for v in values):
+                ax.plot(throughput, [float("nan") if v is None else v for v in values], style, label=stat)
+        for x, p in zip(throughput, points, strict=True):
+            ax.annotate(
+                f"{p['label']}/s", (x, ax.get_ylim()[0]), fontsize="x-small", rotation=90, va="bottom"
+            )
+        ax.set(xlabel="output tokens/s", ylabel=f"{name.upper()} ms", title=f"{name.upper()} by offered rate")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle(f"{_plain(run.label)}: latency as the load rises")
+    return _save(fig, out_dir / f"sweep_{run.slug}.png")
+
+
 def headline_bars(runs: list[RunData], out_dir: Path) -> Path | None:
     """Side-by-side bars of the headline metrics, one bar per run."""
     if len(runs) < 2:
