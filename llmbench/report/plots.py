@@ -203,10 +203,11 @@ def sweep_curve(run: RunData, out_dir: Path) -> Path | None:
             if any(v is not None for v in values):
                 ax.plot(throughput, [float("nan") if v is None else v for v in values], style, label=stat)
         for x, p in zip(throughput, points, strict=True):
-            ax.annotate(
-                f"{p['label']}/s", (x, ax.get_ylim()[0]), fontsize="x-small", rotation=90, va="bottom"
-            )
+            median = p["metrics"].get(f"median_{name}_ms")
+            if median is not None:  # each point named by its offered rate
+                ax.annotate(f"{p['label']} req/s", (x, median), xytext=(4, 6), textcoords="offset points")
         ax.set(xlabel="output tokens/s", ylabel=f"{name.upper()} ms", title=f"{name.upper()} by offered rate")
+        ax.margins(x=0.12)  # room for the last point's label
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
     fig.suptitle(f"{_plain(run.label)}: latency as the load rises")
