@@ -6,7 +6,6 @@ and `compare` can take the ablation directory itself."""
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 from dataclasses import dataclass
@@ -15,11 +14,10 @@ from typing import Any
 
 from rich.table import Table
 
-from llmbench.backends import make_backend
 from llmbench.config import RunConfig, load_config
 from llmbench.console import RunProgress
-from llmbench.results import default_run_dir, write_atomic
-from llmbench.runner import run_benchmark
+from llmbench.results import default_run_dir
+from llmbench.study import StudyResult, run_point, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -49,13 +47,6 @@ class Variant:
     name: str  # as shown: "all off", "+async_output", "-cuda_graphs"
     directory: str  # sub-directory of the ablation directory
     toggles: dict[str, Any]
-
-
-@dataclass
-class AblationResult:
-    out_dir: Path
-    ablation: dict[str, Any]  # ablation.json's content
-    interrupted: bool = False
 
 
 def parse_order(text: str | None) -> list[str]:
@@ -111,7 +102,7 @@ def run_ablation(
     leave_one_out: bool,
     out_dir: Path | None,
     progress: RunProgress | None = None,
-) -> AblationResult:
+) -> StudyResult:
     """Run every variant through the same code as `llmbench run`, writing ablation.json after each."""
     command = ["llmbench", "ablate", str(config_path), *(["--order", order_text] if order_text else [])]
     command += ["--leave-one-out"] if leave_one_out else []
@@ -128,30 +119,24 @@ def run_ablation(
         "complete": False,
         "variants": [],
     }
-    result = AblationResult(out_dir, ablation)
+    result = StudyResult(out_dir, ablation)
     for variant in plan(order, leave_one_out):
         settings = [f"engine.{name}={value}" for name, value in variant.toggles.items()]
         config = load_config(config_path, [*overrides, *settings])
         config.name = f"{base.name} {variant.name}"
         logger.info("variant %s: %s", variant.name, ", ".join(settings))
-        try:
-            backend = make_backend(config)
-        except ValueError as e:  # the model settings name something unusable: preset, path, device
-            raise AblationError(f"{config_path.name}: {e}") from None
-        run = run_benchmark(config, out_dir / variant.directory, backend=backend, progress=progress)
+        run = run_point(config, config_path, out_dir / variant.directory, progress, AblationError)
         ablation["variants"].append(_entry(variant.name, variant.toggles, run.summary, variant.directory))
         if variant.name == f"+{order[-1]}":
             # the last step of the order is everything on: a whole bar closing the waterfall
             ablation["variants"].append(_entry("all on", variant.toggles, run.summary, variant.directory))
-            write_atomic(
-                out_dir / "summary.json", json.dumps({**run.summary, "name": base.name}, indent=2) + "\n"
-            )
-        write_atomic(out_dir / "ablation.json", json.dumps(ablation, indent=2) + "\n")
+            write_json(out_dir / "summary.json", {**run.summary, "name": base.name})
+        write_json(out_dir / "ablation.json", ablation)
         if run.interrupted:
             result.interrupted = True
             return result
     ablation["complete"] = True
-    write_atomic(out_dir / "ablation.json", json.dumps(ablation, indent=2) + "\n")
+    write_json(out_dir / "ablation.json", ablation)
     return result
 
 

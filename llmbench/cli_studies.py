@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
 from engine.config import ConfigError
 from llmbench.cli_common import (
@@ -22,6 +23,7 @@ from llmbench.cli_common import (
 )
 from llmbench.config import ConfigFileError
 from llmbench.console import RunProgress, console, setup_logging
+from llmbench.study import StudyResult
 from llmbench.workload import WorkloadError
 
 
@@ -52,12 +54,7 @@ def ablate(
     # Ctrl-C while a variant's model loads; during a run, run_benchmark keeps what it measured
     with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
         result = run_ablation(config, set_ or [], order, leave_one_out, out, progress)
-    print_wide(ablation_table(result.ablation))
-    console.print(f"results: {result.out_dir}", highlight=False)
-    if not no_report and (result.out_dir / "summary.json").is_file():
-        show_report(result.out_dir)
-    if result.interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
+    _show_study(ablation_table(result.data), result, no_report)
 
 
 def sweep(
@@ -77,13 +74,16 @@ def sweep(
     from llmbench.sweep import SweepError, run_sweep, sweep_table
 
     setup_logging(verbose)
+    user_errors = (SweepError, ConfigFileError, ConfigError, WorkloadError)
     failure = f"sweep failed; rates measured so far are in {out or 'results/'}"
-    with exit_codes(
-        (SweepError, ConfigFileError, ConfigError, WorkloadError), failure=failure, interruptible=True
-    ):
-        with RunProgress() as progress:
-            result = run_sweep(config, set_ or [], rates, out, progress)
-    print_wide(sweep_table(result.sweep))
+    with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
+        result = run_sweep(config, set_ or [], rates, out, progress)
+    _show_study(sweep_table(result.data), result, no_report)
+
+
+def _show_study(table: Table, result: StudyResult, no_report: bool) -> None:
+    """A study's table, where its runs are and its report; exit 130 if it was interrupted."""
+    print_wide(table)
     console.print(f"results: {result.out_dir}", highlight=False)
     if not no_report and (result.out_dir / "summary.json").is_file():
         show_report(result.out_dir)

@@ -5,34 +5,24 @@ can take the sweep directory itself."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from llmbench.backends import make_backend
 from llmbench.config import RunConfig, load_config
 from llmbench.console import RunProgress
-from llmbench.results import default_run_dir, write_atomic
-from llmbench.runner import run_benchmark
+from llmbench.results import default_run_dir
+from llmbench.study import StudyResult, run_point, write_json
 
 logger = logging.getLogger(__name__)
 
 
 class SweepError(ValueError):
     """Unusable sweep arguments (exit code 2)."""
-
-
-@dataclass
-class SweepResult:
-    out_dir: Path
-    sweep: dict[str, Any]  # sweep.json's content
-    interrupted: bool = False
 
 
 def parse_rates(text: str) -> list[float]:
@@ -73,7 +63,7 @@ def run_sweep(
     rates_text: str,
     out_dir: Path | None,
     progress: RunProgress | None = None,
-) -> SweepResult:
+) -> StudyResult:
     """Run the workload at every rate through the same code as `llmbench run`; sweep.json after each."""
     rates = parse_rates(rates_text)
     command = ["llmbench", "sweep", str(config_path), "--rates", rates_text]
@@ -81,18 +71,14 @@ def run_sweep(
     base = load_config(config_path, overrides)
     out_dir = Path(out_dir or default_run_dir(f"{base.name}-sweep"))
     sweep: dict[str, Any] = {"command": shlex.join(command), "complete": False, "points": []}
-    result = SweepResult(out_dir, sweep)
+    result = StudyResult(out_dir, sweep)
     for i, rate in enumerate(rates):
         label = rate_label(rate)
         config = load_config(config_path, [*overrides, *rate_overrides(rate, base)])
         config.name = f"{base.name} @ {label} req/s"
         logger.info("rate %s req/s", label)
-        try:
-            backend = make_backend(config)
-        except ValueError as e:  # the model settings name something unusable: preset, path, device
-            raise SweepError(f"{config_path.name}: {e}") from None
         directory = f"{i:02d}-rate-{label}"
-        run = run_benchmark(config, out_dir / directory, backend=backend, progress=progress)
+        run = run_point(config, config_path, out_dir / directory, progress, SweepError)
         sweep["points"].append(
             {
                 "rate": None if math.isinf(rate) else rate,  # JSON has no inf: null is all at once
@@ -102,15 +88,13 @@ def run_sweep(
                 "steps": run.summary["steps"],
             }
         )
-        write_atomic(
-            out_dir / "summary.json", json.dumps({**run.summary, "name": base.name}, indent=2) + "\n"
-        )
-        write_atomic(out_dir / "sweep.json", json.dumps(sweep, indent=2) + "\n")
+        write_json(out_dir / "summary.json", {**run.summary, "name": base.name})
+        write_json(out_dir / "sweep.json", sweep)
         if run.interrupted:
             result.interrupted = True
             return result
     sweep["complete"] = True
-    write_atomic(out_dir / "sweep.json", json.dumps(sweep, indent=2) + "\n")
+    write_json(out_dir / "sweep.json", sweep)
     return result
 
 
