@@ -52,20 +52,23 @@ def elementwise_cases(t: int, dtype: torch.dtype) -> list[Case]:
         residual = torch.randn_like(x) if with_residual else None
         return lambda: triton_ops.rms_norm(x, weight, 1e-5, residual)
 
-    def rope():
+    def rope_inputs():
         q, k = _randn(t, NUM_HEADS * HEAD_DIM, dtype=dtype), _randn(t, NUM_KV_HEADS * HEAD_DIM, dtype=dtype)
         positions = torch.randint(0, 8192, (t,), device="cuda")
-        cos_sin = _randn(8192, HEAD_DIM, dtype=torch.float32)
+        return q, k, positions, _randn(8192, HEAD_DIM, dtype=torch.float32)
+
+    def cache_and_slots():
+        """A paged cache with room for twice the tokens, and distinct random slots for them."""
+        k_cache = _randn(2 * t // BLOCK_SIZE, BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM, dtype=dtype)
+        return k_cache, torch.randn_like(k_cache), torch.randperm(2 * t, device="cuda")[:t]
+
+    def rope():
+        q, k, positions, cos_sin = rope_inputs()
         return lambda: triton_ops.rotary_embedding(positions, q, k, cos_sin, HEAD_DIM)
 
     def rope_write():
-        q, k = _randn(t, NUM_HEADS * HEAD_DIM, dtype=dtype), _randn(t, NUM_KV_HEADS * HEAD_DIM, dtype=dtype)
+        (q, k, positions, cos_sin), (k_cache, v_cache, slots) = rope_inputs(), cache_and_slots()
         v = torch.randn_like(k)
-        positions = torch.randint(0, 8192, (t,), device="cuda")
-        cos_sin = _randn(8192, HEAD_DIM, dtype=torch.float32)
-        k_cache = _randn(2 * t // BLOCK_SIZE, BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM, dtype=dtype)
-        v_cache = torch.randn_like(k_cache)
-        slots = torch.randperm(2 * t, device="cuda")[:t]
         return lambda: triton_ops.rope_and_write_kv(
             positions, q, k, v, cos_sin, HEAD_DIM, k_cache, v_cache, slots
         )
@@ -76,9 +79,7 @@ def elementwise_cases(t: int, dtype: torch.dtype) -> list[Case]:
 
     def write():
         k, v = _randn(t, NUM_KV_HEADS, HEAD_DIM, dtype=dtype), _randn(t, NUM_KV_HEADS, HEAD_DIM, dtype=dtype)
-        k_cache = _randn(2 * t // BLOCK_SIZE, BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM, dtype=dtype)
-        v_cache = torch.randn_like(k_cache)
-        slots = torch.randperm(2 * t, device="cuda")[:t]
+        k_cache, v_cache, slots = cache_and_slots()
         return lambda: triton_ops.write_kv(k, v, k_cache, v_cache, slots)
 
     hidden_bytes = t * HIDDEN * size
@@ -185,11 +186,13 @@ def argmax_cases(dtype: torch.dtype) -> list[Case]:
         logits = _randn(rows, VOCAB, dtype=dtype)
         return lambda: triton_ops.argmax(logits)
 
-    nbytes = {rows: rows * VOCAB * dtype.itemsize for rows in (1, 256)}
-    return [
-        Case("argmax", f"rows={rows} V={VOCAB}", "memory", nbytes[rows], nbytes[rows], lambda r=rows: make(r))
-        for rows in (1, 256)
-    ]
+    cases = []
+    for rows in (1, 256):
+        nbytes = rows * VOCAB * dtype.itemsize
+        cases.append(
+            Case("argmax", f"rows={rows} V={VOCAB}", "memory", nbytes, nbytes, lambda r=rows: make(r))
+        )
+    return cases
 
 
 def all_cases(dtype: torch.dtype) -> list[Case]:
