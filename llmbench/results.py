@@ -46,8 +46,8 @@ class RequestRecord:
         return self.finish_reason in ("stop", "length") and self.output_len > 0
 
     def to_json(self, save_tokens: bool) -> str:
-        # a shallow copy: dataclasses.asdict deep-copies token_times float by float (~0.4 ms for a
-        # 512-token request), on the runner's thread between engine steps
+        # a shallow copy: dataclasses.asdict deep-copies token_times float by float (~1.1 ms of the
+        # 1.3 ms a 512-token request took), on the runner's thread between engine steps
         data = vars(self).copy()
         if not save_tokens:
             del data["prompt_token_ids"], data["output_token_ids"], data["prompt"]

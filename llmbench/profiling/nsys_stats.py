@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from engine.nvtx_ranges import DOMAIN
+from llmbench.step_stats import merge_intervals
 
 logger = logging.getLogger(__name__)
 
@@ -109,18 +110,9 @@ def kernel_timeline(kernels: list[tuple[float, float]]) -> dict | None:
     while the kernel before it drains) count once, so the fraction never exceeds 1."""
     if not kernels:
         return None
-    ordered = sorted(kernels)
-    busy_ms = 0.0
-    run_start, run_end = ordered[0]
-    for begin, end in ordered[1:]:
-        if begin > run_end:
-            busy_ms += run_end - run_start
-            run_start, run_end = begin, end
-        else:
-            run_end = max(run_end, end)
-    busy_ms += run_end - run_start
-    span_ms = max(end for _, end in ordered) - ordered[0][0]
-    return {"span_ms": span_ms, "busy_ms": busy_ms}
+    merged = merge_intervals(kernels)
+    busy_ms = sum(end - begin for begin, end in merged)
+    return {"span_ms": merged[-1][1] - merged[0][0], "busy_ms": busy_ms}
 
 
 def _with_shares(rows: list[dict], whole_ms: float) -> list[dict]:
