@@ -119,4 +119,6 @@ def _show(value: Any) -> str:
 
 
 def _join(path: str, key: str) -> str:
+    # a YAML key may hold a newline or other control characters: shown escaped, the error stays one line
+    key = key if key.isprintable() else repr(key)
     return f"{path}.{key}" if path else key

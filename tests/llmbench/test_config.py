@@ -52,6 +52,16 @@ def test_bad_key_in_yaml_file_is_reported_with_its_path(tmp_path):
         load_config(path)
 
 
+def test_a_key_with_a_newline_is_named_on_one_line(tmp_path):
+    # found by test_config_fuzz: YAML accepts any string as a key, "\n" included
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"model": {"\n": 0}}))
+    with pytest.raises(ValueError) as error:
+        load_config(path)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("c.yaml: model.'\\n': unknown key")
+
+
 @pytest.mark.parametrize("text", ["workload: [1, 2", "- just\n- a list\n"])
 def test_unreadable_yaml_exits_2(tmp_path, text):
     path = tmp_path / "c.yaml"
