@@ -2,8 +2,9 @@
 
 TTFT = first token - submit; E2EL = last token - submit; TPOT = (E2EL - TTFT) / (output_len - 1) per
 request, 1-token requests excluded; ITL = every gap between consecutive token arrivals pooled over
-requests, where a chunk of k tokens (same arrival time) is one arrival. Throughputs divide by the span
-from the first submit to the last completion. Warm-up and failed requests are left out of all of it."""
+requests, where a chunk of k tokens (same arrival time) is one arrival. Throughputs divide by the duration:
+first submit to the end of the last timed request, failed ones included (vLLM times the whole run until
+every request has returned). Warm-up requests are left out of all of it, failed ones of everything else."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def compute_metrics(
     timed = [r for r in records if not r.warmup]
     done = [r for r in timed if r.succeeded]
     samples = latency_samples(done)
-    duration = max(r.token_times[-1] for r in done) - min(r.submit_time for r in timed) if done else 0.0
+    duration = max(map(_end_time, timed)) - min(r.submit_time for r in timed) if timed else 0.0
     input_tokens = sum(r.prompt_len for r in done)
     output_tokens = sum(r.output_len for r in done)
 
@@ -43,6 +44,13 @@ def compute_metrics(
     for name in LATENCIES:
         metrics.update(latency_stats(name, [s * 1000 for s in samples[name]], percentiles))
     return metrics
+
+
+def _end_time(record: RequestRecord) -> float:
+    """When the request ended; rows written before finish_time existed end at their last token."""
+    if record.finish_time is not None:
+        return record.finish_time
+    return record.token_times[-1] if record.token_times else record.submit_time
 
 
 def latency_samples(records: Sequence[RequestRecord]) -> dict[str, list[float]]:

@@ -36,6 +36,7 @@ class RequestRecord:
     first_token_time: float | None = None
     token_times: list[float] = field(default_factory=list)  # a chunk of k tokens repeats its time k times
     finish_reason: str | None = None  # None: still running when the run stopped
+    finish_time: float | None = None  # when the client saw it end: last token, error, abort or stop
     error: str | None = None
     prompt_token_ids: list[int] | None = None
     output_token_ids: list[int] | None = None

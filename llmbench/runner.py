@@ -231,6 +231,7 @@ def _record_output(record: RequestRecord, output: RequestOutput, arrival: float,
     if output.finished:
         record.finish_reason = output.finish_reason.value if output.finish_reason else None
         record.error = output.error
+        record.finish_time = arrival
 
 
 def _abort_overdue(state: _RunState, live: dict[str, RequestRecord], cutoff: float, timeout: float) -> int:
@@ -259,6 +260,8 @@ def _drain(state: _RunState) -> None:
 
 
 def _finish(state: _RunState, record: RequestRecord) -> None:
+    if record.finish_time is None:  # aborted, or cut off by a stop: it ends now
+        record.finish_time = time.perf_counter() - state.run_start
     state.writer.add_request(record)
     state.records.append(record)
     if state.progress:

@@ -59,6 +59,41 @@ def test_every_metric_on_hand_made_timestamps():
     assert m["max_e2el_ms"] == pytest.approx(500)
 
 
+def test_duration_runs_until_a_failure_that_finishes_last():
+    # E times out at 2.0 s after one token; vLLM's duration ends when the last request returns
+    E = record("e", 0.2, [0.4], finish="timeout")
+    E.finish_time = 2.0
+    m = compute_metrics([D, A, B, C, E], PCTS)
+    assert (m["completed"], m["failed"]) == (2, 2)
+    assert m["duration_s"] == pytest.approx(2.0)
+    assert m["output_throughput"] == pytest.approx(6 / 2.0)
+    assert m["request_throughput"] == pytest.approx(2 / 2.0)
+    assert m["max_e2el_ms"] == pytest.approx(500)  # its latencies stay out
+    # every request failed: the run still lasted, and served nothing
+    m = compute_metrics([C, E], PCTS)
+    assert (m["duration_s"], m["output_throughput"]) == (pytest.approx(1.8), 0.0)  # 0.2 to 2.0
+
+
+def test_runner_records_when_each_request_ended(tmp_path):
+    from llmbench.config import parse_config
+    from llmbench.results import load_requests
+    from llmbench.runner import run_benchmark
+    from tests.llmbench.conftest import NULL_RUN
+
+    # 300 tokens take longer than 5 ms: requests are aborted, and the run lasts until the last abort
+    long_outputs = ["workload.output={dist: fixed, mean: 300}", "workload.request_timeout_s=0.005"]
+    config = parse_config(NULL_RUN, long_outputs)
+    result = run_benchmark(config, tmp_path)
+    rows = [r for r in load_requests(tmp_path) if not r.warmup]
+    timed_out = [r for r in rows if r.finish_reason == "timeout"]
+    assert timed_out and all(r.finish_time >= r.submit_time + 0.005 for r in timed_out)
+    span = max(r.finish_time for r in rows) - min(r.submit_time for r in rows)
+    assert result.summary["metrics"]["duration_s"] == pytest.approx(span)
+    config = parse_config(NULL_RUN)
+    run_benchmark(config, tmp_path / "ok")
+    assert all(r.finish_time == r.token_times[-1] for r in load_requests(tmp_path / "ok"))
+
+
 def test_key_names_follow_vllm():
     m = compute_metrics([A, B], [50, 99.9])
     keys = "request_throughput output_throughput total_token_throughput mean_ttft_ms median_ttft_ms"
