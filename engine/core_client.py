@@ -1,12 +1,13 @@
 """The frontend of a split engine: LLMEngine's API, with the engine core in a child process
-(engine/core_process.py). Requests and aborts are batched into one message per step() call; step()
-returns whatever outputs the core has produced since, waiting briefly when there are none yet."""
+(engine/core_process.py), messages typed in engine/core_messages.py. Requests and aborts are batched
+into one message per step() call; step() returns whatever outputs the core has produced since, waiting
+briefly when there are none yet."""
 
 from __future__ import annotations
 
 import logging
+import operator
 import os
-import pickle
 import shutil
 import subprocess
 import sys
@@ -16,9 +17,9 @@ from collections import Counter
 
 import zmq
 
+from engine import core_messages as msg
 from engine.config import EngineConfig
-from engine.core_process import ExecutorInfo, output_from_row, record_from_row
-from engine.request import RequestOutput, SamplingParams
+from engine.request import FinishReason, RequestOutput, SamplingParams
 from engine.timing import StepRecord
 
 logger = logging.getLogger(__name__)
@@ -41,13 +42,13 @@ class EngineCoreClient:
         inbox, outbox = f"ipc://{self._dir}/in", f"ipc://{self._dir}/out"
         self._push.bind(inbox)
         self._pull.bind(outbox)
-        self._commands: list[tuple] = []
+        self._commands: list[msg.Command] = []
         self._outputs: list[RequestOutput] = []
         self._records: list[StepRecord] | None = None  # set by a drain's reply
         self._check_replies: list[str | None] = []  # a check's reply: failure text or None
         self._unfinished: Counter[str] = Counter()  # a duplicate id is live twice until both finish
         self._closed = False
-        self.executor: ExecutorInfo | None = None
+        self.executor: msg.Ready | None = None  # shape, max_model_len, num_blocks, device
         # a fresh interpreter, not multiprocessing: nothing of the caller's main module is re-run
         level = str(logging.getLogger().getEffectiveLevel())
         command = [sys.executable, "-m", "engine.core_process", inbox, outbox, str(os.getpid()), level]
@@ -58,7 +59,7 @@ class EngineCoreClient:
         self._poller.register(self._pull, zmq.POLLIN)
         self._poller.register(self._exited, zmq.POLLIN)
         try:
-            self._push.send(pickle.dumps(config, protocol=5))
+            self._push.send(msg.encoder.encode(config))
             while self.executor is None:
                 self._receive(timeout_ms=None)
         except BaseException:
@@ -75,11 +76,15 @@ class EngineCoreClient:
         arrival_time: float | None = None,
     ) -> None:
         arrival_time = time.perf_counter() if arrival_time is None else arrival_time
-        self._commands.append(("add", request_id, prompt_token_ids, params, arrival_time))
+        ids, problem = _wire_prompt(prompt_token_ids, params)
+        if problem is not None:  # would not encode for the core: it fails alone, as in-process
+            self._outputs.append(RequestOutput(request_id, [], True, FinishReason.ERROR, problem))
+            return
+        self._commands.append(msg.Add(request_id, ids, params, arrival_time))
         self._unfinished[request_id] += 1
 
     def abort(self, request_id: str) -> None:
-        self._commands.append(("abort", request_id))
+        self._commands.append(msg.Abort(request_id))
 
     def has_unfinished(self) -> bool:
         return bool(self._unfinished) or bool(self._outputs)
@@ -97,7 +102,7 @@ class EngineCoreClient:
 
     def drain_step_records(self) -> list[StepRecord]:
         """Step records since the last drain: a round trip, answered between two core steps."""
-        self._commands.append(("drain",))
+        self._commands.append(msg.Drain())
         self._flush()
         self._records = None
         while self._records is None:
@@ -108,7 +113,7 @@ class EngineCoreClient:
     def check_empty(self) -> str | None:
         """Runs engine.check.assert_engine_empty in the core, after every command sent before: None
         when no request is left and every KV block is free, else what is wrong."""
-        self._commands.append(("check",))
+        self._commands.append(msg.Check())
         self._flush()
         while not self._check_replies:
             self._receive(timeout_ms=None)
@@ -120,7 +125,7 @@ class EngineCoreClient:
         self._closed = True
         if self._process.poll() is None:
             try:
-                self._push.send(pickle.dumps([("shutdown",)], protocol=5), zmq.NOBLOCK)
+                self._push.send(msg.encoder.encode([msg.Shutdown()]), zmq.NOBLOCK)
                 self._process.wait(SHUTDOWN_TIMEOUT_S)
             except (zmq.ZMQError, subprocess.TimeoutExpired):
                 logger.warning("engine core did not stop in %.0f s: killing it", SHUTDOWN_TIMEOUT_S)
@@ -136,7 +141,7 @@ class EngineCoreClient:
 
     def _flush(self) -> None:
         if self._commands:
-            self._push.send(pickle.dumps(self._commands, protocol=5))
+            self._push.send(msg.encoder.encode(self._commands))
             self._commands = []
 
     def _receive(self, timeout_ms: int | None) -> None:
@@ -149,34 +154,45 @@ class EngineCoreClient:
             return
         while True:
             try:
-                kind, payload = pickle.loads(self._pull.recv(zmq.NOBLOCK))
+                reply = msg.reply_decoder.decode(self._pull.recv(zmq.NOBLOCK))
             except zmq.Again:
                 break
-            self._handle(kind, payload)
+            self._handle(reply)
         if self._exited in events and not self._pull.poll(0):
             code = self._process.wait()
             self.shutdown()
             raise EngineCoreError(f"the engine core process exited unexpectedly (exit code {code})")
 
-    def _handle(self, kind: str, payload: object) -> None:
-        if kind == "outputs":
-            for row in payload:
-                output = output_from_row(row)
+    def _handle(self, reply: msg.Reply) -> None:
+        if isinstance(reply, msg.Outputs):
+            for output in reply.outputs:
                 if output.finished:
                     self._unfinished[output.request_id] -= 1
                     if self._unfinished[output.request_id] <= 0:
                         del self._unfinished[output.request_id]
-                self._outputs.append(output)
-        elif kind == "records":
-            self._records = [record_from_row(row) for row in payload]
-        elif kind == "checked":
-            self._check_replies.append(payload)
-        elif kind == "ready":
-            self.executor = ExecutorInfo(*payload)
-        elif kind == "error":
-            error_type, message, remote_traceback = payload
-            logger.error("engine core traceback:\n%s", remote_traceback)
+            self._outputs += reply.outputs
+        elif isinstance(reply, msg.Records):
+            self._records = reply.records
+        elif isinstance(reply, msg.Checked):
+            self._check_replies.append(reply.failure)
+        elif isinstance(reply, msg.Ready):
+            self.executor = reply
+        else:
+            logger.error("engine core traceback:\n%s", reply.traceback)
             self.shutdown()
-            if self.executor is None and error_type == "ValueError":
-                raise ValueError(message)  # unusable model settings: the same error as in-process
-            raise EngineCoreError(f"the engine core process failed: {error_type}: {message}")
+            if self.executor is None and reply.error_type == "ValueError":
+                raise ValueError(reply.message)  # unusable model settings: the same error as in-process
+            raise EngineCoreError(f"the engine core process failed: {reply.error_type}: {reply.message}")
+
+
+def _wire_prompt(prompt_token_ids: object, params: object) -> tuple[list[int], str | None]:
+    """The prompt as plain ints (numpy ints do not encode), or why the request cannot be sent; the
+    core checks everything else."""
+    if not isinstance(params, SamplingParams):
+        return [], f"params must be SamplingParams, got {type(params).__name__}"
+    if not isinstance(prompt_token_ids, (list, tuple)):
+        return [], f"prompt_token_ids must be a list of integers, got {type(prompt_token_ids).__name__}"
+    try:
+        return [operator.index(t) for t in prompt_token_ids], None
+    except TypeError:
+        return [], "prompt token ids must be integers"

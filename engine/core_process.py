@@ -1,13 +1,7 @@
 """The engine core in a process of its own (engine.process_split): it owns the LLMEngine and steps it
 in a busy loop while work exists, so scheduling and output processing never wait for the frontend's
-GIL. Frontend and core talk over two ZeroMQ PUSH/PULL pipes on ipc:// sockets, one pickle (protocol 5)
-of plain tuples per message.
-
-frontend -> core: the EngineConfig first, then a list of commands per message:
-    ("add", id, prompt, params, arrival_time), ("abort", id), ("drain",), ("check",), ("shutdown",)
-core -> frontend: ("ready", ExecutorInfo fields) once, ("outputs", [row, ...]) after every step that
-    produced any, ("records", [row, ...]) answering a drain, ("checked", failure text or None)
-    answering a check, ("error", (type, message, traceback))
+GIL. Frontend and core talk over two ZeroMQ PUSH/PULL pipes on ipc:// sockets, one msgpack message of
+the typed structs in engine/core_messages.py per message; a step's outputs travel in one message.
 
 A step hook, named "module:function" on the command line, lets a tool act at the core's step boundaries
 without the engine knowing it: the function returns None or an object whose before_step() runs before
@@ -15,63 +9,23 @@ every engine step and close() once at the end (llmbench's profiler window uses i
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import logging
-import operator
 import os
-import pickle
 import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from typing import Any
 
 import zmq
 
+from engine import core_messages as msg
 from engine.check import assert_engine_empty
 from engine.config import EngineConfig
-from engine.models.llama import LlamaShape
-from engine.request import RequestOutput
-from engine.timing import StepRecord
 
 IDLE_POLL_MS = 100  # an idle core wakes this often to check that its parent is alive
 PARENT_CHECK_S = 1.0  # a busy core checks its parent at most this often
-
-# one attrgetter per class: a third of the cost of a getattr per field, at 256 outputs a step
-_output_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(RequestOutput)))
-_record_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(StepRecord)))
-
-
-@dataclass(frozen=True)
-class ExecutorInfo:
-    """What the frontend needs of the executor living in the core process."""
-
-    shape: LlamaShape
-    max_model_len: int
-    num_blocks: int
-    device: str
-
-
-def pack(kind: str, payload: Any) -> bytes:
-    return pickle.dumps((kind, payload), protocol=5)
-
-
-def output_row(output: RequestOutput) -> tuple:
-    return _output_fields(output)
-
-
-def output_from_row(row: tuple) -> RequestOutput:
-    return RequestOutput(*row)
-
-
-def record_row(record: StepRecord) -> tuple:
-    return _record_fields(record)
-
-
-def record_from_row(row: tuple) -> StepRecord:
-    return StepRecord(*row)
 
 
 def run_core(inbox: str, outbox: str, parent_pid: int, log_level: int, step_hook: str | None = None) -> None:
@@ -88,10 +42,10 @@ def run_core(inbox: str, outbox: str, parent_pid: int, log_level: int, step_hook
         while not pull.poll(IDLE_POLL_MS):
             if os.getppid() != parent_pid:
                 return  # the frontend died before sending the config
-        config = pickle.loads(pull.recv())
+        config = msg.config_decoder.decode(pull.recv())
         _CoreLoop(config, pull, push, parent_pid, _make_step_hook(step_hook)).run()
     except Exception as e:
-        push.send(pack("error", (type(e).__name__, str(e), traceback.format_exc())))
+        push.send(msg.encoder.encode(msg.Failed(type(e).__name__, str(e), traceback.format_exc())))
     finally:
         pull.close(linger=0)
         push.close(linger=1000)  # let a last error or reply reach the frontend
@@ -115,9 +69,8 @@ class _CoreLoop:
         self.step_hook = step_hook
         self.engine = LLMEngine(config)
         executor = self.engine.executor
-        # fields as a plain tuple: this module runs as __main__ here, its classes do not unpickle
-        info = (executor.shape, executor.max_model_len, executor.num_blocks, str(executor.device))
-        push.send(pack("ready", info))
+        ready = msg.Ready(executor.shape, executor.max_model_len, executor.num_blocks, str(executor.device))
+        push.send(msg.encoder.encode(ready))
         self.ipc_ms: dict[int, float] = {}  # by step: host time receiving and sending around it
         self.steps = 0
         self.running = True
@@ -142,7 +95,7 @@ class _CoreLoop:
                 outputs = engine.step()
                 sent = time.perf_counter()
                 if outputs:
-                    self.push.send(pack("outputs", [output_row(o) for o in outputs]), copy=False)
+                    self.push.send(msg.encoder.encode(msg.Outputs(outputs)), copy=False)
                 self.ipc_ms[self.steps] = received_ms + (time.perf_counter() - sent) * 1e3
                 self.steps += 1
         finally:
@@ -159,31 +112,30 @@ class _CoreLoop:
         while True:
             start = time.perf_counter()
             try:
-                commands = pickle.loads(self.pull.recv(zmq.NOBLOCK))
+                commands = msg.command_decoder.decode(self.pull.recv(zmq.NOBLOCK))
             except zmq.Again:
                 return spent
             spent += (time.perf_counter() - start) * 1e3
             for command in commands:
                 self._apply(command)
 
-    def _apply(self, command: tuple) -> None:
-        kind = command[0]
-        if kind == "add":
-            self.engine.add_request(*command[1:])
-        elif kind == "abort":
-            self.engine.abort(command[1])
-        elif kind == "drain":
+    def _apply(self, command: msg.Command) -> None:
+        if isinstance(command, msg.Add):
+            self.engine.add_request(
+                command.request_id, command.prompt_token_ids, command.params, command.arrival_time
+            )
+        elif isinstance(command, msg.Abort):
+            self.engine.abort(command.request_id)
+        elif isinstance(command, msg.Drain):
             records = self.engine.drain_step_records()
             for record in records:
                 record.ipc_ms = self.ipc_ms.get(record.step, 0.0)
             self.ipc_ms.clear()  # every step so far is drained
-            self.push.send(pack("records", [record_row(r) for r in records]))
-        elif kind == "check":
-            self.push.send(pack("checked", self._empty_check_failure()))
-        elif kind == "shutdown":
-            self.running = False
+            self.push.send(msg.encoder.encode(msg.Records(records)))
+        elif isinstance(command, msg.Check):
+            self.push.send(msg.encoder.encode(msg.Checked(self._empty_check_failure())))
         else:
-            raise ValueError(f"unknown engine core command {kind!r}")
+            self.running = False  # Shutdown: the only command left
 
     def _empty_check_failure(self) -> str | None:
         """What assert_engine_empty finds wrong here, where the scheduler and the KV pool live."""

@@ -1,10 +1,12 @@
 import os
+import pickle
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 from engine.config import EngineConfig, ModelConfig
@@ -19,6 +21,11 @@ def run_to_completion(engine, prompts, params):
     """Token ids per request id, and the finished outputs, stepping through the public API only."""
     for i, prompt in enumerate(prompts):
         engine.add_request(str(i), prompt, params)
+    return drain(engine)
+
+
+def drain(engine):
+    """Token ids and finished outputs of whatever the engine holds, stepped to the end."""
     tokens, finished = {}, {}
     deadline = time.monotonic() + 60
     while engine.has_unfinished():
@@ -137,15 +144,24 @@ def test_a_crash_in_the_core_is_reported():
     core.shutdown()
 
 
-def test_an_exception_in_the_core_is_raised_in_the_frontend():
+def test_a_message_that_is_not_a_command_fails_the_core_without_running_it():
     core = EngineCoreClient(EngineConfig(**TINY, process_split=True))
-    core._commands.append(("no-such-command",))  # the core raises on it, as on any bug
-    with pytest.raises(
-        EngineCoreError, match="failed: ValueError: unknown engine core command 'no-such-command'"
-    ):
+    # a pickle that would run code when unpickled: typed msgpack decoding rejects it instead
+    core._push.send(pickle.dumps(os.system))
+    with pytest.raises(EngineCoreError, match="failed: (DecodeError|ValidationError): "):
         while True:
             core.step()
     assert process_gone(core._process.pid)
+
+
+def test_numpy_ids_are_sent_as_ints_and_a_bad_prompt_fails_alone(client):
+    client.add_request("np", list(np.arange(3, 9)), SamplingParams(max_tokens=3))
+    client.add_request("text", ["a", "b"], SamplingParams())
+    client.add_request("params", [3, 4], {"max_tokens": 3})
+    _, finished = drain(client)
+    assert finished["np"].finish_reason is FinishReason.LENGTH and len(finished["np"].token_ids) == 3
+    assert finished["text"].error == "prompt token ids must be integers"
+    assert finished["params"].error == "params must be SamplingParams, got dict"
 
 
 def test_unusable_model_settings_raise_value_error_as_in_process():

@@ -1,0 +1,82 @@
+"""Every message between a split engine's frontend (engine/core_client.py) and its core
+(engine/core_process.py), as typed msgspec structs sent as msgpack: decoding checks each field's type,
+and unlike pickle a message can only ever build these types, never run code.
+
+frontend -> core: the EngineConfig first, then one list of commands per message (Add, Abort, Drain,
+    Check, Shutdown), so a step's requests and aborts travel together.
+core -> frontend: Ready once, Outputs after every step that produced any (the whole step's outputs in
+    one message), Records answering a Drain, Checked answering a Check, Failed when the core raised."""
+
+from __future__ import annotations
+
+import msgspec
+
+from engine.config import EngineConfig
+from engine.models.llama import LlamaShape
+from engine.request import RequestOutput, SamplingParams
+from engine.timing import StepRecord
+
+# frontend -> core
+
+
+class Add(msgspec.Struct, tag=True, array_like=True):
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival_time: float
+
+
+class Abort(msgspec.Struct, tag=True, array_like=True):
+    request_id: str
+
+
+class Drain(msgspec.Struct, tag=True, array_like=True):
+    """Asks for the step records so far."""
+
+
+class Check(msgspec.Struct, tag=True, array_like=True):
+    """Asks the core to run engine.check.assert_engine_empty where the scheduler and KV pool live."""
+
+
+class Shutdown(msgspec.Struct, tag=True, array_like=True):
+    pass
+
+
+Command = Add | Abort | Drain | Check | Shutdown
+
+# core -> frontend
+
+
+class Ready(msgspec.Struct, tag=True, array_like=True):
+    """What the frontend needs of the executor living in the core process."""
+
+    shape: LlamaShape
+    max_model_len: int
+    num_blocks: int
+    device: str
+
+
+class Outputs(msgspec.Struct, tag=True, array_like=True):
+    outputs: list[RequestOutput]
+
+
+class Records(msgspec.Struct, tag=True, array_like=True):
+    records: list[StepRecord]
+
+
+class Checked(msgspec.Struct, tag=True, array_like=True):
+    failure: str | None  # what assert_engine_empty found wrong, None when the engine is empty
+
+
+class Failed(msgspec.Struct, tag=True, array_like=True):
+    error_type: str
+    message: str
+    traceback: str
+
+
+Reply = Ready | Outputs | Records | Checked | Failed
+
+encoder = msgspec.msgpack.Encoder()
+config_decoder = msgspec.msgpack.Decoder(EngineConfig)
+command_decoder = msgspec.msgpack.Decoder(list[Command])
+reply_decoder = msgspec.msgpack.Decoder(Reply)
