@@ -1,6 +1,7 @@
 """An executor without a model: it answers every step at once with tokens derived from
-(seq_id, position). Running the engine on it measures pure CPU overhead (scheduling, input
-bookkeeping, output processing) on any machine."""
+(seq_id, position). It still builds each step's model inputs with the model runner's own code, into
+host buffers, so running the engine on it measures the host's whole CPU cost (scheduling, input
+preparation, output processing) on any machine, the part a GPU host pays that no forward hides."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 from engine.batch import ScheduledBatch
 from engine.config import EngineConfig
+from engine.input_batch import InputBuffers
 from engine.loader import model_shape, resolve_max_model_len
 
 logger = logging.getLogger(__name__)
@@ -25,6 +27,7 @@ class NullExecutor:
         self.max_model_len = resolve_max_model_len(config.max_model_len, self.shape)
         self.num_blocks = self._num_blocks(config)
         self.device = torch.device("cpu")
+        self.inputs = InputBuffers(config.block_size, self.device)
         logger.info("null executor: %d KV blocks, max_model_len %d", self.num_blocks, self.max_model_len)
 
     def _num_blocks(self, config: EngineConfig) -> int:
@@ -43,6 +46,7 @@ class NullExecutor:
     def execute(self, batch: ScheduledBatch) -> torch.Tensor:
         """Tokens [num_steps, n_sample]: the one sampled at position p of sequence s is a hash of
         (s, p), so any batching, chunking or multi-step window yields the same tokens."""
+        self.inputs.prepare(batch)  # what a GPU host does before launching the forward
         ids, positions = [], []
         for seq in batch.seqs:
             if seq.sample:

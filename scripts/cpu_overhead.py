@@ -1,5 +1,6 @@
-"""Host time per engine step with 256 sequences decoding, null executor (no model forward), single-step
-and 8 scheduler steps: the CPU-overhead figures of the engine core.
+"""Host time per engine step with 256 sequences decoding, null executor (no model forward, but the model
+runner's own input preparation into host buffers), single-step and 8 scheduler steps: the CPU-overhead
+figures of the engine core.
     python scripts/cpu_overhead.py --out results/cpu/cpu_overhead.json"""
 
 import argparse
@@ -54,7 +55,8 @@ def main() -> None:
     for row in rows:
         print(
             f"num_scheduler_steps={row['num_scheduler_steps']}: {row['host_ms_per_step']:.3f} ms/step, "
-            f"{row['host_ms_per_forward']:.3f} ms/forward (medians over {row['decode_steps']} steps)"
+            f"{row['host_ms_per_forward']:.3f} ms/forward; schedule {row['schedule_ms']:.3f}, prepare "
+            f"{row['prepare_ms']:.3f}, output {row['output_ms']:.3f} (medians over {row['decode_steps']} steps)"
         )
     if args.out:
         result = {
