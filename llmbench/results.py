@@ -41,6 +41,8 @@ class RequestRecord:
     prompt_token_ids: list[int] | None = None
     output_token_ids: list[int] | None = None
     prompt: str | None = None  # a dataset prompt's text (with save_tokens)
+    # the engine's own times for the request when the server is ours (llmbench serve), run-relative
+    server_timestamps: dict[str, Any] | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -52,6 +54,8 @@ class RequestRecord:
         data = vars(self).copy()
         if not save_tokens:
             del data["prompt_token_ids"], data["output_token_ids"], data["prompt"]
+        if data["server_timestamps"] is None:  # only a served run has them
+            del data["server_timestamps"]
         return json.dumps(data)
 
     @classmethod

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.request import RequestOutput, SamplingParams
-from llmbench.backends import Backend, make_backend
+from llmbench.backends import Backend, ServedOutput, make_backend
 from llmbench.config import RunConfig
 from llmbench.console import RunProgress
 from llmbench.env import collect_environment
@@ -167,7 +167,9 @@ def _run_phase(
                 record = live.get(output.request_id)
                 if record is None:
                     continue
-                _record_output(record, output, arrival - state.run_start, state.config.output.save_tokens)
+                # an HTTP client stamps each chunk as it reads it: that, not this poll, is its arrival
+                seen = output.t_emit if isinstance(output, ServedOutput) else arrival
+                _record_output(record, output, seen - state.run_start, state.config.output.save_tokens)
                 if output.finished:
                     del live[output.request_id]
                     _finish(state, record)
@@ -232,6 +234,13 @@ def _record_output(record: RequestRecord, output: RequestOutput, arrival: float,
         record.finish_reason = output.finish_reason.value if output.finish_reason else None
         record.error = output.error
         record.finish_time = arrival
+        if isinstance(output, ServedOutput) and output.server_timestamps:
+            shift = arrival - output.t_emit  # onto the run's clock, as the client times are
+            record.server_timestamps = {
+                key: [t + shift for t in value] if isinstance(value, list) else value + shift
+                for key, value in output.server_timestamps.items()
+                if value is not None
+            }
 
 
 def _abort_overdue(state: _RunState, live: dict[str, RequestRecord], cutoff: float, timeout: float) -> int:

@@ -6,7 +6,7 @@ background and hand over whatever arrived since the last poll."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.request import RequestOutput, SamplingParams
 
@@ -29,6 +29,15 @@ class ModelInfo:
         """The info of a model the engine's loader built; its BOS and EOS, where it has them, are special."""
         specials = tuple(t for t in (shape.bos_token_id, shape.eos_token_id) if t >= 0)
         return cls(shape.vocab_size, shape.eos_token_id, max_model_len, specials)
+
+
+@dataclass
+class ServedOutput(RequestOutput):
+    """An output read from an HTTP stream. Its t_emit is when the client read it, on the runner's clock,
+    so the runner records that instead of the time its poll handed it over; the finished one carries
+    the engine's own timestamps for the request when the server is ours (perf_counter seconds)."""
+
+    server_timestamps: dict[str, Any] | None = None
 
 
 class Backend(Protocol):
@@ -60,6 +69,14 @@ def make_backend(config: RunConfig) -> Backend:
         from llmbench.backends.hf import HFBackend
 
         backend = HFBackend()
+    elif config.backend.type == "openai":
+        from llmbench.backends.openai import OpenAIBackend
+
+        backend = OpenAIBackend()
+    elif config.backend.type == "server":
+        from llmbench.backends.server import ServerBackend
+
+        backend = ServerBackend()
     else:
         from llmbench.backends.bundled import BundledBackend
 

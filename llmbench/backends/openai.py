@@ -1,0 +1,277 @@
+"""`backend.type: openai`: the workload streamed to any OpenAI-compatible server over HTTP.
+
+An asyncio loop in a thread of its own runs one httpx stream per request; the runner's thread submits
+into it and poll() hands over what arrived. Each chunk is stamped when the client reads it, and the
+runner records that time, not its poll's. As vLLM's benchmark client counts: the first chunk with text
+is the first token, a chunk is one arrival however many tokens it carries, and the output token count
+is the server's `usage` (the tokens the chunks did not show join the last one). A request that cannot
+connect, gets an HTTP error or a malformed chunk, or whose stream stalls past workload.request_timeout_s
+fails alone with its reason; the run goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+from engine.loader import model_shape, resolve_max_model_len
+from engine.request import FinishReason, RequestOutput, SamplingParams
+from llmbench.backends import ModelInfo, ServedOutput
+from llmbench.backends.prompt_text import PromptText
+from llmbench.config import RunConfig
+
+logger = logging.getLogger(__name__)
+
+POLL_WAIT_S = 0.001  # poll() waits this long for a chunk: short, so a due submit is never held back
+UNKNOWN_TOKEN = -1  # output token ids a server does not return (requests.jsonl with output.save_tokens)
+FINISH_REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
+SERVER_TIMES = ("t_queued", "t_scheduled", "t_first_token", "t_token_handed")
+
+
+@dataclass
+class _Stream:
+    """What one request's stream has shown so far (the loop thread's)."""
+
+    request_id: str
+    counted: int = 0  # tokens the chunks carried (one a chunk, unless the chunk lists its token ids)
+    last_arrival: float | None = None
+    finish_reason: str | None = None
+    completion_tokens: int | None = None  # from usage
+    server_times: dict = field(default_factory=dict)
+
+
+class _RequestFailed(Exception):
+    """The request ends as an error with this message."""
+
+
+class OpenAIBackend:
+    profiles_own_steps = True  # engine steps run in the server
+
+    def start(self, config: RunConfig) -> None:
+        self.connect(config, config.backend.url)
+
+    def connect(self, config: RunConfig, url: str) -> None:
+        """Talk to the server at base URL `url` (ending in /v1) with the run's backend settings."""
+        import httpx
+
+        backend = config.backend
+        self._url = url.rstrip("/")
+        self._chat = backend.endpoint == "chat"
+        self._ignore_eos = config.workload.ignore_eos
+        self._headers = {}
+        if backend.api_key_env:
+            key = os.environ.get(backend.api_key_env)
+            if not key:
+                raise ValueError(f"backend.api_key_env: no environment variable {backend.api_key_env} set")
+            self._headers["Authorization"] = f"Bearer {key}"
+        card = self._model_card(backend.model)
+        self._model = backend.model or card["id"]
+        shape = model_shape(config.model)
+        max_len = card.get("max_model_len") or resolve_max_model_len(config.engine.max_model_len, shape)
+        self.model_info = ModelInfo.from_shape(shape, max_len)
+        self._text = PromptText(config) if backend.prompt_format == "text" else None
+        timeout = config.workload.request_timeout_s
+        self._stall_s = timeout
+        # read=None: a stream may stay silent as long as the runner's own timeout lets it
+        self._timeout = httpx.Timeout(connect=timeout or 30.0, read=timeout, write=timeout, pool=None)
+        self._outputs: queue.SimpleQueue[RequestOutput] = queue.SimpleQueue()
+        self._live: set[str] = set()  # submitted, neither finished nor aborted (the runner's thread)
+        self._tasks: dict[str, asyncio.Task] = {}  # the loop thread's
+        # server times are perf_counter seconds of the server plus its wall-clock offset; ours maps back
+        self._wall_offset = time.time() - time.perf_counter()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="openai-client", daemon=True)
+        self._thread.start()
+        self._client = self._call(self._open_client())
+
+    def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        self._live.add(request_id)
+        body = self._body(prompt_token_ids, params)
+        self._loop.call_soon_threadsafe(self._start_stream, request_id, body)
+
+    def poll(self) -> list[RequestOutput]:
+        try:
+            arrived = [self._outputs.get(timeout=POLL_WAIT_S)]
+        except queue.Empty:
+            return []
+        while not self._outputs.empty():  # only this thread takes from the queue
+            arrived.append(self._outputs.get_nowait())
+        outputs = [o for o in arrived if o.request_id in self._live]  # not an aborted one's last chunks
+        self._live.difference_update(o.request_id for o in outputs if o.finished)
+        return outputs
+
+    def abort(self, request_id: str) -> None:
+        # closing the stream is how a client aborts: the server drops the request and frees its blocks
+        self._live.discard(request_id)
+        self._loop.call_soon_threadsafe(self._cancel, request_id)
+
+    def has_unfinished(self) -> bool:
+        return bool(self._live)
+
+    def check_empty(self) -> None:
+        assert not self._live, f"{len(self._live)} requests unfinished"
+
+    def drain_step_records(self) -> list:
+        return []  # the server's engine steps are not visible over HTTP
+
+    def close(self) -> None:
+        self._call(self._shutdown())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def _model_card(self, model: str | None) -> dict:
+        """GET <url>/models: the served model (its name, and max_model_len where vLLM or we give it)."""
+        import httpx
+
+        try:
+            response = httpx.get(f"{self._url}/models", headers=self._headers, timeout=30.0)
+            response.raise_for_status()
+            cards = response.json()["data"]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
+            if model is not None:  # not every server lists its models; the name is all we need
+                logger.warning("GET %s/models failed (%s); using backend.model %s", self._url, e, model)
+                return {"id": model}
+            raise ValueError(f"backend.url: cannot list the models at {self._url}/models: {e}") from None
+        named = [card for card in cards if card.get("id") == model] if model else cards[:1]
+        if not named:
+            raise ValueError(f"backend.model: {self._url} serves no model named {model!r}")
+        return named[0]
+
+    def _body(self, prompt: list[int], params: SamplingParams) -> dict:
+        text = self._text.of_tokens(prompt) if self._text else None
+        body = {
+            "model": self._model,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self._ignore_eos:  # vLLM's and SGLang's extension; OpenAI itself has no such parameter
+            body["ignore_eos"] = True
+        if self._chat:
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = text if text is not None else prompt
+        return body
+
+    def _call(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    async def _open_client(self):
+        import httpx
+
+        # as many connections as streams: the workload's concurrency is the client's, not a pool's
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        return httpx.AsyncClient(headers=self._headers, timeout=self._timeout, limits=limits)
+
+    async def _shutdown(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        await self._client.aclose()
+
+    def _start_stream(self, request_id: str, body: dict) -> None:
+        self._tasks[request_id] = self._loop.create_task(self._stream(request_id, body))
+
+    def _cancel(self, request_id: str) -> None:
+        task = self._tasks.get(request_id)
+        if task is not None:
+            task.cancel()
+
+    async def _stream(self, request_id: str, body: dict) -> None:
+        import httpx
+
+        stream = _Stream(request_id)
+        path = "/chat/completions" if self._chat else "/completions"
+        try:
+            async with self._client.stream("POST", self._url + path, json=body) as response:
+                if response.status_code >= 400:
+                    detail = (await response.aread()).decode(errors="replace")
+                    raise _RequestFailed(f"HTTP {response.status_code}: {_error_message(detail)}")
+                async for line in response.aiter_lines():
+                    now = time.perf_counter()
+                    if not line.startswith("data:"):
+                        continue  # SSE comments, event names, the blank line between events
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    self._on_chunk(stream, data, now)
+            self._outputs.put(self._finished(stream))
+        except _RequestFailed as e:
+            self._fail(request_id, str(e))
+        except httpx.TimeoutException as e:
+            what = "connect" if isinstance(e, httpx.ConnectTimeout) else "no data"
+            self._fail(request_id, f"stream stalled: {what} within request_timeout_s={self._stall_s:g}")
+        except httpx.HTTPError as e:
+            self._fail(request_id, f"connection error: {type(e).__name__}: {e}")
+        finally:
+            self._tasks.pop(request_id, None)
+
+    def _on_chunk(self, stream: _Stream, data: str, now: float) -> None:
+        try:
+            chunk = json.loads(data)
+            if "error" in chunk:  # vLLM's way of failing a stream that has started
+                raise _RequestFailed(f"server error: {_error_message(json.dumps(chunk['error']))}")
+            for choice in chunk.get("choices") or ():
+                delta = choice["delta"].get("content") if self._chat else choice.get("text")
+                if delta:
+                    ids = choice.get("token_ids") or [UNKNOWN_TOKEN]
+                    stream.counted += len(ids)
+                    stream.last_arrival = now
+                    self._outputs.put(ServedOutput(stream.request_id, list(ids), t_emit=now))
+                stream.finish_reason = choice.get("finish_reason") or stream.finish_reason
+            if chunk.get("usage"):
+                stream.completion_tokens = int(chunk["usage"]["completion_tokens"])
+            if chunk.get("server_timestamps"):
+                stream.server_times = dict(chunk["server_timestamps"])
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise _RequestFailed(f"malformed chunk ({type(e).__name__}: {e}): {data[:200]}") from None
+
+    def _finished(self, stream: _Stream) -> ServedOutput:
+        if stream.finish_reason is None:
+            raise _RequestFailed("the stream ended without a finish_reason")
+        reason = FINISH_REASONS.get(stream.finish_reason, FinishReason.ERROR)
+        error = None if reason != FinishReason.ERROR else f"finish_reason {stream.finish_reason!r}"
+        total = stream.completion_tokens if stream.completion_tokens is not None else stream.counted
+        rest = [UNKNOWN_TOKEN] * max(0, total - stream.counted)
+        when = stream.last_arrival if stream.last_arrival is not None else time.perf_counter()
+        return ServedOutput(
+            stream.request_id, rest, True, reason, error, when, server_timestamps=self._client_clock(stream)
+        )
+
+    def _client_clock(self, stream: _Stream) -> dict | None:
+        """The server's timestamps on this process's perf_counter clock, or None without them."""
+        times = stream.server_times
+        if not all(key in times for key in SERVER_TIMES):
+            return None
+        shift = float(times.get("wall_offset", self._wall_offset)) - self._wall_offset
+        converted = {key: _shift(times[key], shift) for key in SERVER_TIMES}
+        return converted
+
+    def _fail(self, request_id: str, message: str) -> None:
+        now = time.perf_counter()
+        self._outputs.put(ServedOutput(request_id, [], True, FinishReason.ERROR, message, now))
+
+
+def _shift(value, shift: float):
+    if isinstance(value, list):
+        return [v + shift for v in value]
+    return None if value is None else value + shift
+
+
+def _error_message(body: str) -> str:
+    """The message of an OpenAI-style error body, else the body itself, on one line."""
+    try:
+        data = json.loads(body)
+        error = data.get("error", data) if isinstance(data, dict) else data
+        message = error.get("message", error) if isinstance(error, dict) else error
+        text = message if isinstance(message, str) else json.dumps(message)
+    except ValueError:
+        text = body
+    return " ".join(text.split())[:300]

@@ -1,0 +1,132 @@
+"""`backend.type: server`: the run's own `llmbench serve`, started as a child process on a free loopback
+port with the run's config, driven over HTTP by the openai backend, and stopped when the run ends, fails
+or is interrupted. The API server is then inside the measurement, so `llmbench ablate` can toggle
+engine.process_split with it in the loop."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from engine.request import RequestOutput, SamplingParams
+from llmbench.backends.openai import OpenAIBackend
+from llmbench.config import RunConfig
+
+logger = logging.getLogger(__name__)
+
+HEALTH_POLL_S = 0.2
+STOP_GRACE_S = 10.0  # SIGTERM, then this long for a clean exit, then SIGKILL
+
+
+class ServerBackend:
+    profiles_own_steps = True  # engine steps run in the server's processes
+
+    def start(self, config: RunConfig) -> None:
+        import httpx
+
+        self._dir = tempfile.TemporaryDirectory(prefix="llmbench-serve-")
+        config_path = Path(self._dir.name) / "serve.yaml"
+        config_path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        self._log_path = Path(self._dir.name) / "serve.log"
+        port = free_port()
+        command = [sys.executable, "-m", "llmbench", "serve", str(config_path), "--host", "127.0.0.1"]
+        command += ["--port", str(port)]
+        logger.info("starting %s", " ".join(command))
+        with open(self._log_path, "w") as log:
+            # a session of its own: the terminal's Ctrl-C reaches the runner, which stops the server
+            self._process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self._client = OpenAIBackend()
+        try:
+            base = f"http://127.0.0.1:{port}"
+            self._wait_healthy(base, config.backend.startup_timeout_s, httpx)
+            served = dataclasses.replace(config.backend, model=None, api_key_env=None)
+            self._client.connect(dataclasses.replace(config, backend=served), f"{base}/v1")
+        except BaseException:
+            self._stop()
+            raise
+        self.model_info = self._client.model_info
+
+    def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        self._client.submit(request_id, prompt_token_ids, params)
+
+    def poll(self) -> list[RequestOutput]:
+        if self._process.poll() is not None and self._client.has_unfinished():
+            raise RuntimeError(f"llmbench serve exited with code {self._process.returncode}: {self._tail()}")
+        return self._client.poll()
+
+    def abort(self, request_id: str) -> None:
+        self._client.abort(request_id)
+
+    def has_unfinished(self) -> bool:
+        return self._client.has_unfinished()
+
+    def check_empty(self) -> None:
+        self._client.check_empty()
+
+    def drain_step_records(self) -> list:
+        return []  # the server's engine steps are not visible over HTTP
+
+    def close(self) -> None:
+        try:
+            self._client.close()
+        finally:
+            self._stop()
+
+    def _wait_healthy(self, base: str, timeout_s: float, httpx) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise ValueError(
+                    f"backend.type server: llmbench serve exited with code {self._process.returncode}: "
+                    f"{self._tail()}"
+                )
+            try:
+                if httpx.get(f"{base}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass  # not listening yet
+            time.sleep(HEALTH_POLL_S)
+        raise ValueError(f"backend.startup_timeout_s: llmbench serve not healthy after {timeout_s:g} s")
+
+    def _stop(self) -> None:
+        """End the server and everything it started (its engine core), whatever state it is in."""
+        if self._process.poll() is None:
+            _signal_group(self._process.pid, signal.SIGTERM)
+            try:
+                self._process.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                logger.warning("llmbench serve did not stop within %g s: killed", STOP_GRACE_S)
+        # the group: an engine core left behind by a server that died or was killed goes too
+        _signal_group(self._process.pid, signal.SIGKILL)
+        self._process.wait()
+        self._dir.cleanup()
+
+    def _tail(self, lines: int = 5) -> str:
+        text = self._log_path.read_text(errors="replace").strip().splitlines()
+        return " | ".join(text[-lines:]) or "(no output)"
+
+
+def free_port() -> int:
+    """A loopback port free now (the kernel's pick); the server binds it a moment later."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass  # already gone
