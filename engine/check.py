@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from engine.batch import ScheduledBatch
 from engine.block_manager import BlockManager
 from engine.sequence import Sequence
 
@@ -39,6 +40,19 @@ def assert_block_manager_consistent(block_manager: BlockManager, seqs: list[Sequ
 
     for seq in seqs:
         assert len(seq.block_table) * bm.block_size >= seq.num_computed, f"{seq} lacks blocks"
+
+
+def assert_batch_within_blocks(batch: ScheduledBatch, block_size: int) -> None:
+    """Every KV slot the batch's forwards write lies in the writing sequence's own blocks: a slot past
+    its table would land in the padding (block 0) or out of the pool, another sequence's KV on CUDA.
+    A multi-step window moves each sequence one position a forward, up to its last output's."""
+    for s in batch.seqs:
+        last = s.seq_len - 1 + batch.num_steps - 1
+        if batch.num_steps > 1:
+            last = min(last, s.seq_len - s.num_outputs + s.sampling.max_tokens - 1)
+        assert last < len(s.block_table) * block_size, (
+            f"seq {s.seq_id} writes position {last} with {len(s.block_table)} blocks of {block_size}"
+        )
 
 
 def assert_engine_empty(engine: LLMEngine) -> None:

@@ -6,7 +6,7 @@ newest running sequence is preempted and later recomputed from its tokens so far
 A step is scheduled before the previous one's tokens are read back (async output): `advance` moves
 each scheduled sequence on with placeholder tokens, which output processing fills in later. With
 multi-step scheduling, decode-only steps run num_scheduler_steps forwards, with KV blocks reserved
-that far ahead."""
+that far ahead once the batch is known to be decode-only."""
 
 from __future__ import annotations
 
@@ -51,6 +51,8 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         if self.chunked_prefill:
             budget = self._schedule_running(out, budget)
+            # admit nothing in a step that preempted: a victim in the step in flight still holds
+            # placeholders, and readmitted now it would prefill over tokens not yet read back
             if self.num_preemptions == preempted_before:
                 self._admit_waiting(out, budget)
         else:
@@ -60,8 +62,30 @@ class Scheduler:
                 self._schedule_running(out, budget)
         out.num_preempted = self.num_preemptions - preempted_before
         if self.lookahead and out.seqs and out.batch.is_decode_only:
-            out.batch.num_steps = self.lookahead + 1
+            self._reserve_window(out)
         return out
+
+    def _reserve_window(self, out: SchedulerOutput) -> None:
+        """Blocks for every forward of a multi-step window, reserved only now that the batch is known
+        to be decode-only: a sequence readmitted with a prefix hit that leaves one token is a decode
+        too, though admission sized it for one step. Each forward writes one more KV slot, up to the
+        sequence's last output. When the pool cannot hold every window the batch runs one step (it
+        has the blocks for that), instead of preempting sequences already in it."""
+        bm = self.block_manager
+        block_size = bm.block_size
+        window = self.lookahead + 1
+        needed = []
+        num_fresh = 0
+        for seq in out.seqs:
+            num_tokens = min(seq.num_computed + window, seq.max_len)
+            if num_tokens > len(seq.block_table) * block_size:
+                needed.append((seq, num_tokens))
+                num_fresh += bm.blocks_for(num_tokens) - len(seq.block_table)
+        if num_fresh > bm.num_free:
+            return
+        for seq, num_tokens in needed:
+            bm.allocate(seq, num_tokens)
+        out.batch.num_steps = window
 
     def kv_tokens_needed(self, max_len: int) -> int:
         """KV slots a sequence of max_len tokens may occupy. The last token never enters the cache,
@@ -72,7 +96,6 @@ class Scheduler:
         running = self.running
         block_size = self.block_manager.block_size
         i = 0
-        lookahead = self.lookahead
         while i < len(running) and budget > 0:
             seq = running[i]
             num_tokens = len(seq.token_ids)
@@ -81,8 +104,6 @@ class Scheduler:
                 continue  # every output is scheduled (async): it finishes once they are read back
             num_new = min(num_tokens - seq.num_computed, budget)
             num_tokens = seq.num_computed + num_new
-            if num_new == 1 and lookahead:
-                num_tokens = min(num_tokens + lookahead, seq.max_len)
             # most decodes still fit in their last block and skip the block manager
             if num_tokens > len(seq.block_table) * block_size and not self._allocate_or_preempt(
                 seq, num_tokens
@@ -180,7 +201,9 @@ _PLACEHOLDER = 0  # any valid token id: the model runner overwrites it on the de
 def _add(out: SchedulerOutput, seq: Sequence, num_new: int) -> None:
     num_tokens = len(seq.token_ids)
     if seq.num_pending:
-        # a decode whose input token was sampled by the step still in flight
+        # a decode whose input token was sampled by the step still in flight. The feed replaces only
+        # that one input: any other placeholder would run as token _PLACEHOLDER
+        assert num_new == 1 and seq.num_computed == num_tokens - 1, f"{seq}: {num_new} new with placeholders"
         out.batch.feed_rows.append(out.num_tokens)
         out.batch.feed_cols.append(seq.pending_col)
     out.num_tokens += num_new

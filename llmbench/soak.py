@@ -12,9 +12,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+import torch
 from rich.table import Table
 
-from engine.check import assert_block_manager_consistent, assert_engine_empty
+from engine.batch import ScheduledBatch
+from engine.check import assert_batch_within_blocks, assert_block_manager_consistent, assert_engine_empty
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.loader import model_shape
@@ -27,9 +29,22 @@ DEFAULT_SETTINGS = {
     "model": {"preset": "tiny", "executor": "null"},
     "engine": {"block_size": 16, "max_num_seqs": 64, "max_num_batched_tokens": 512},
 }
-MAX_PROMPT, MAX_OUTPUT = 96, 64
+MAX_PROMPT, MAX_OUTPUT = 96, 64  # the default request bounds
 NUM_STEMS, STEM_LEN = 8, 48  # shared prompt stems, so prefix-cache hits meet preemption
 STALL_STEPS = 1000  # steps without any output while work remains: the engine is stuck
+
+
+@dataclass(frozen=True)
+class SoakShape:
+    """Request bounds: prompts of 1-max_prompt tokens, 1-max_output outputs. Shorter requests keep a
+    real model's soak CI-sized."""
+
+    max_prompt: int = MAX_PROMPT
+    max_output: int = MAX_OUTPUT
+
+    @property
+    def max_len(self) -> int:
+        return self.max_prompt + self.max_output
 
 
 class SoakError(ValueError):
@@ -72,7 +87,7 @@ class SoakResult:
         return {**asdict(self), "passed": self.passed}
 
 
-def soak_engine_config(overrides: list[str], num_blocks: int) -> EngineConfig:
+def soak_engine_config(overrides: list[str], num_blocks: int, shape: SoakShape = SoakShape()) -> EngineConfig:
     """The soak's engine settings plus `model.*` / `engine.*` overrides, validated like a run config;
     the pool must hold at least the longest soak request."""
     for item in overrides:
@@ -80,23 +95,27 @@ def soak_engine_config(overrides: list[str], num_blocks: int) -> EngineConfig:
             raise SoakError(f"{item.partition('=')[0]}: soak overrides take model.* or engine.* keys")
     config = parse_config(DEFAULT_SETTINGS, overrides, default_name="soak").engine
     config = dataclasses.replace(config, num_gpu_blocks=num_blocks)
-    if num_blocks < _blocks_per_request(config):
-        raise SoakError(f"--blocks: the pool must hold one request of {_blocks_per_request(config)} blocks")
+    if num_blocks < _blocks_per_request(config, shape):
+        raise SoakError(
+            f"--blocks: the pool must hold one request of {_blocks_per_request(config, shape)} blocks"
+        )
     _vocab_size(config)  # an unknown preset or unreadable path fails here, before any run
     return config
 
 
-def soak_workload(num_requests: int, vocab_size: int, seed: int) -> list[tuple[list[int], int]]:
+def soak_workload(
+    num_requests: int, vocab_size: int, seed: int, shape: SoakShape = SoakShape()
+) -> list[tuple[list[int], int]]:
     """(prompt, max_tokens) pairs: a random share of one of a few stems, then random tokens."""
     rng = np.random.default_rng(seed)
     stems = rng.integers(3, vocab_size, size=(NUM_STEMS, STEM_LEN)).tolist()
     workload = []
     for _ in range(num_requests):
-        prompt_len = int(rng.integers(1, MAX_PROMPT + 1))
+        prompt_len = int(rng.integers(1, shape.max_prompt + 1))
         shared = int(rng.integers(0, min(prompt_len, STEM_LEN) + 1))
         stem = stems[int(rng.integers(NUM_STEMS))][:shared]
         tail = rng.integers(3, vocab_size, size=prompt_len - shared).tolist()
-        workload.append((stem + tail, int(rng.integers(1, MAX_OUTPUT + 1))))
+        workload.append((stem + tail, int(rng.integers(1, shape.max_output + 1))))
     return workload
 
 
@@ -106,10 +125,23 @@ def run_pool(
     """Feed the workload in bursts between steps (0-8 new requests before each step, seeded) until
     the engine drains; also returns the final tokens of each request by id."""
     engine = LLMEngine(config)
+    if check_every_step:
+        _check_each_batch(engine)
     try:
         return _drive(engine, workload, np.random.default_rng(seed), check_every_step)
     finally:
         engine.shutdown()
+
+
+def _check_each_batch(engine: LLMEngine) -> None:
+    """Before each forward: no KV slot it writes lies outside its sequence's blocks."""
+    execute, block_size = engine.executor.execute, engine.block_manager.block_size
+
+    def checked(batch: ScheduledBatch) -> torch.Tensor:
+        assert_batch_within_blocks(batch, block_size)
+        return execute(batch)
+
+    engine.executor.execute = checked
 
 
 def _drive(
@@ -168,14 +200,17 @@ def _leak_check(engine: LLMEngine) -> str:
     return "ok"
 
 
-def run_soak(config: EngineConfig, num_requests: int, seed: int = 0) -> SoakResult:
-    """The workload through `config`'s small pool (block invariants checked after every step), then
-    through a pool that holds max_num_seqs of the longest requests, so nothing is preempted."""
-    workload = soak_workload(num_requests, _vocab_size(config), seed)
+def run_soak(
+    config: EngineConfig, num_requests: int, seed: int = 0, shape: SoakShape = SoakShape()
+) -> SoakResult:
+    """The workload through `config`'s small pool (block invariants checked after every step and
+    every forward's KV writes inside its sequences' blocks), then through a pool that holds
+    max_num_seqs of the longest requests, so nothing is preempted."""
+    workload = soak_workload(num_requests, _vocab_size(config), seed, shape)
     logger.info("soak: %d requests, pool of %d blocks", num_requests, config.num_gpu_blocks)
     small, small_tokens = run_pool(config, workload, seed, check_every_step=True)
     logger.info("small pool: %d preemptions in %.1f s", small.preemptions, small.wall_s)
-    large_pool = config.max_num_seqs * _blocks_per_request(config)
+    large_pool = config.max_num_seqs * _blocks_per_request(config, shape)
     large_config = dataclasses.replace(config, num_gpu_blocks=large_pool)
     large, large_tokens = run_pool(large_config, workload, seed, check_every_step=False)
     logger.info("large pool: %d preemptions in %.1f s", large.preemptions, large.wall_s)
@@ -190,8 +225,8 @@ def run_soak(config: EngineConfig, num_requests: int, seed: int = 0) -> SoakResu
     )
 
 
-def _blocks_per_request(config: EngineConfig) -> int:
-    return -(-(MAX_PROMPT + MAX_OUTPUT) // config.block_size)
+def _blocks_per_request(config: EngineConfig, shape: SoakShape) -> int:
+    return -(-shape.max_len // config.block_size)
 
 
 def _vocab_size(config: EngineConfig) -> int:

@@ -124,7 +124,7 @@ def test_eos_inside_a_window(ignore_eos):
 def test_preemption_and_no_chunking_with_multi_step():
     requests = workload(1)
     reference = results(run(null_engine(), requests))
-    tight = null_engine(num_scheduler_steps=4, num_gpu_blocks=16, block_size=4)
+    tight = null_engine(num_scheduler_steps=4, num_gpu_blocks=14, block_size=4)
     assert results(run(tight, requests)) == reference
     assert tight.scheduler.num_preemptions > 0
     whole = null_engine(num_scheduler_steps=4, chunked_prefill=False, max_num_batched_tokens=32)
@@ -169,7 +169,8 @@ def test_lookahead_needs_one_more_kv_slot_than_a_single_step():
 
 def test_null_executor_window_rows_are_the_single_steps():
     executor = NullExecutor(EngineConfig(model=ModelConfig(preset="tiny", executor="null")))
-    seqs = [ScheduledSeq(i, [3] * (4 + i), 3 + i, 1, [0, 1], SamplingParams(), True, 1) for i in range(3)]
+    # tokens past the window's positions too: the null executor builds each forward's inputs from them
+    seqs = [ScheduledSeq(i, [3] * (6 + i), 3 + i, 1, [0, 1], SamplingParams(), True, 1) for i in range(3)]
     window = executor.execute(ScheduledBatch(seqs, num_steps=3))
     assert window.shape == (3, 3)
     for step in range(3):
@@ -201,11 +202,12 @@ def test_a_one_token_recompute_chunk_runs_no_window():
     That is no decode, so its batch gets no window: a window's later forwards take sampled tokens as
     every row's input."""
     requests = [
-        ([7] * 6, SamplingParams(max_tokens=9, ignore_eos=True)),
-        ([8] * 3, SamplingParams(max_tokens=8, ignore_eos=True)),
+        ([7] * 2, SamplingParams(max_tokens=13, ignore_eos=True)),
+        ([8] * 2, SamplingParams(max_tokens=10, ignore_eos=True)),
+        ([9] * 3, SamplingParams(max_tokens=8, ignore_eos=True)),
     ]
     reference = results(run(model_engine(), requests))
-    engine = model_engine(num_scheduler_steps=4, num_gpu_blocks=5, block_size=4, max_num_batched_tokens=2)
+    engine = model_engine(num_scheduler_steps=4, num_gpu_blocks=5, block_size=4, max_num_batched_tokens=3)
     batches = []
     execute = engine.executor.execute
     engine.executor.execute = lambda batch: batches.append(batch) or execute(batch)

@@ -1,5 +1,7 @@
 """The preemption soak at CI size: a few hundred requests through a pool that preempts on most steps,
-then a pool that never does. The full size is `llmbench soak` (results/cpu/soak.json)."""
+then a pool that never does. The full size is `llmbench soak` (results/cpu/soak.json). The null
+executor's tokens depend only on (sequence, position), so it checks bookkeeping; the tiny model's
+depend on every input token and KV slot, so its soak checks the data path too."""
 
 import json
 
@@ -7,10 +9,12 @@ import pytest
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from llmbench.soak import MAX_OUTPUT, MAX_PROMPT, run_soak, soak_engine_config, soak_workload
+from llmbench.soak import MAX_OUTPUT, MAX_PROMPT, SoakShape, run_soak, soak_engine_config, soak_workload
 
 NUM_REQUESTS = 300
 SMALL_POOL = 24  # blocks of 16: 2-3 of the longest requests at once, against up to 64 admitted
+TINY_MODEL = ["model.executor=model", "model.dtype=float32", "model.device=cpu", "engine.block_size=4"]
+SHORT = SoakShape(max_prompt=24, max_output=16)  # the tiny model's soak: ~2 s on 2 cores
 
 
 @pytest.mark.parametrize(
@@ -20,11 +24,14 @@ SMALL_POOL = 24  # blocks of 16: 2-3 of the longest requests at once, against up
         ["engine.chunked_prefill=false"],
         ["engine.prefix_caching=false", "engine.block_size=8"],
         ["engine.num_scheduler_steps=4", "engine.async_output=true"],
+        # windows longer than a block, readmitted prefix hits one token short: issue 12's crash
+        ["engine.num_scheduler_steps=8", "engine.block_size=4"],
     ],
-    ids=["default", "whole-prompts", "no-prefix-cache", "multi-step-async"],
+    ids=["default", "whole-prompts", "no-prefix-cache", "multi-step-async", "window-past-blocks"],
 )
 def test_soak_loses_nothing_and_matches_a_large_pool(overrides):
-    blocks = SMALL_POOL * 2 if "engine.block_size=8" in overrides else SMALL_POOL
+    blocks = {"engine.block_size=8": SMALL_POOL * 2, "engine.block_size=4": 40}
+    blocks = next((blocks[o] for o in overrides if o in blocks), SMALL_POOL)
     result = run_soak(soak_engine_config(overrides, blocks), NUM_REQUESTS, seed=1)
     small, large = result.small_pool, result.large_pool
     assert result.passed, result.to_dict()
@@ -32,6 +39,23 @@ def test_soak_loses_nothing_and_matches_a_large_pool(overrides):
     assert small.lost == small.duplicated == small.wrong_length == small.leaked_blocks == 0
     assert small.preemptions > 100 and large.preemptions == 0
     assert result.mismatched_outputs == 0
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["engine.async_output=true"], ["engine.async_output=true", "engine.num_scheduler_steps=4"]],
+    ids=["async", "async-multi-step"],
+)
+def test_tiny_model_soak_gives_the_large_pools_greedy_tokens(overrides):
+    """Recomputed KV, prefix hits and decodes fed from the step in flight under constant preemption
+    yield the tokens of a pool that never preempts (dropping the feed gives 124 and 244 of 300 wrong)."""
+    result = run_soak(
+        soak_engine_config(TINY_MODEL + overrides, 12, SHORT), NUM_REQUESTS, seed=1, shape=SHORT
+    )
+    assert result.passed, result.to_dict()
+    assert result.mismatched_outputs == 0
+    assert result.small_pool.preemptions > 100 and result.large_pool.preemptions == 0
+    assert result.small_pool.finished == NUM_REQUESTS
 
 
 def test_soak_workload_is_seeded_and_within_bounds():
