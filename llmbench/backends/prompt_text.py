@@ -10,7 +10,7 @@ from pathlib import Path
 
 from llmbench.config import RunConfig
 
-MAX_ROUNDS = 16
+MAX_ROUNDS = 64
 
 
 class PromptText:
@@ -18,22 +18,39 @@ class PromptText:
         from tokenizers import Tokenizer
 
         self.tokenizer = Tokenizer.from_file(tokenizer_path(config))
+        self._fillers: list[str] = []
 
     def of_tokens(self, ids: list[int]) -> str:
-        """Text that encodes (without special tokens) to exactly len(ids) tokens, starting as ids decode."""
+        """Text that encodes (without special tokens) to exactly len(ids) tokens, as near to the ids'
+        own decode as the tokenizer allows: too long, it is cut; too short, whole tokens are appended."""
         target = len(ids)
-        pool = list(ids)  # tokens to grow a text that came out short, recycled from the prompt itself
-        current = list(ids)
-        for _ in range(MAX_ROUNDS):
-            text = self.tokenizer.decode(current, skip_special_tokens=True)
+        text = self._decode(ids)
+        for round_ in range(MAX_ROUNDS):
             encoded = self.tokenizer.encode(text, add_special_tokens=False).ids
             if len(encoded) == target:
                 return text
             if len(encoded) > target:
-                current = encoded[:target]
+                cut = self._decode(encoded[:target])
+                # a cut inside a multi-byte character decodes to a longer replacement: drop characters
+                text = cut if len(cut) < len(text) else text[:-1]
             else:
-                current = encoded + pool[: target - len(encoded)]
+                fillers = self._safe_fillers()
+                text += "".join(fillers[(round_ + i) % len(fillers)] for i in range(target - len(encoded)))
         raise ValueError(f"backend.prompt_format text: no text of exactly {target} tokens found for a prompt")
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _safe_fillers(self) -> list[str]:
+        """Texts of single tokens that encode back to themselves alone (no partial UTF-8 bytes)."""
+        if not self._fillers:
+            for token in range(self.tokenizer.get_vocab_size()):
+                text = self._decode([token])
+                if text.strip() and self.tokenizer.encode(text, add_special_tokens=False).ids == [token]:
+                    self._fillers.append(text)
+                    if len(self._fillers) == 64:
+                        break
+        return self._fillers
 
 
 def tokenizer_path(config: RunConfig) -> str:

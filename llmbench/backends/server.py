@@ -45,14 +45,18 @@ class ServerBackend:
         with open(self._log_path, "w") as log:
             # a session of its own: the terminal's Ctrl-C reaches the runner, which stops the server
             self._process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         self._client = OpenAIBackend()
         try:
-            base = f"http://127.0.0.1:{port}"
-            self._wait_healthy(base, config.backend.startup_timeout_s, httpx)
+            self.url = f"http://127.0.0.1:{port}"  # GET /metrics, /health: the server's own endpoints
+            self._wait_healthy(self.url, config.backend.startup_timeout_s, httpx)
             served = dataclasses.replace(config.backend, model=None, api_key_env=None)
-            self._client.connect(dataclasses.replace(config, backend=served), f"{base}/v1")
+            self._client.connect(dataclasses.replace(config, backend=served), f"{self.url}/v1")
         except BaseException:
             self._stop()
             raise
@@ -123,6 +127,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the runner dies, even by SIGKILL (Linux), so no server
+    outlives the run it served."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

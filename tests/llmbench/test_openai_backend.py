@@ -173,3 +173,49 @@ def test_run_writes_every_request_and_the_vllm_metrics(tmp_path):
     assert shifted["t_token_handed"] == pytest.approx([2.0 + shift, 2.5 + shift])
     line = json.loads((tmp_path / "run" / "requests.jsonl").read_text().splitlines()[1])
     assert "server_timestamps" not in line  # only requests that carried them
+
+
+@pytest.fixture
+def bpe_file(tmp_path):
+    """A small byte-level BPE: random ids decode to text whose re-encoding merges differently."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    words = ["the cat sat on the mat", "über straße naïve café", "日本語 テキスト 🙂 emoji"] * 30
+    trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(words, trainer)
+    path = tmp_path / "tokenizer.json"
+    tokenizer.save(str(path))
+    return path
+
+
+def test_text_prompts_encode_to_exactly_the_requested_length(bpe_file):
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from llmbench.backends.prompt_text import PromptText
+
+    cfg = config("http://x/v1", f"model.tokenizer={bpe_file}", "backend.prompt_format=text")
+    text = PromptText(cfg)
+    tokenizer = Tokenizer.from_file(str(bpe_file))
+    rng = np.random.default_rng(0)
+    mismatched = 0
+    for n in (1, 2, 7, 64, 300):
+        ids = rng.integers(0, 400, n).tolist()
+        mismatched += len(tokenizer.encode(tokenizer.decode(ids), add_special_tokens=False).ids) != n
+        assert len(tokenizer.encode(text.of_tokens(ids), add_special_tokens=False).ids) == n
+    assert mismatched  # the plain decode would have been off for some
+
+
+def test_text_prompt_format_sends_text(bpe_file):
+    with SSEServer() as server:
+        backend = connected(server.url, f"model.tokenizer={bpe_file}", "backend.prompt_format=text")
+        try:
+            drive(backend, 1)
+        finally:
+            backend.close()
+    assert isinstance(server.bodies[0]["prompt"], str)
+    with pytest.raises(ValueError, match="no tokenizer.json found"):
+        connected("http://127.0.0.1:1/v1", "backend.model=m", "backend.prompt_format=text")

@@ -1,0 +1,58 @@
+"""Where each request's TTFT went, from the join of the client's times with our server's own
+(requests.jsonl `server_timestamps`, on the run's clock): client -> engine queue (HTTP, parsing,
+tokenization, the hop to the engine core), queueing (waiting to be scheduled), prefill (scheduled to
+first token sampled) and frontend/stream (sampled to the client reading it: output processing,
+detokenization, the hop back, SSE). The four add up to the TTFT the client measured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+# (name, label, start, end): the parts of TTFT in order; times are request-row keys or server keys
+PARTS = (
+    ("client_to_server", "client → engine queue", "submit_time", "t_queued"),
+    ("queueing", "queueing", "t_queued", "t_scheduled"),
+    ("prefill", "prefill", "t_scheduled", "t_first_token"),
+    ("frontend_stream", "frontend / stream", "t_first_token", "first_token_time"),
+)
+
+
+def request_split(row: dict[str, Any]) -> dict[str, float] | None:
+    """The TTFT parts of one request row in ms (and `handed_to_client`, the mean delay from the server
+    handing a token to the frontend to the client reading it), or None without server times."""
+    server = row.get("server_timestamps")
+    if not server or row.get("first_token_time") is None:
+        return None
+    times = {**server, "submit_time": row["submit_time"], "first_token_time": row["first_token_time"]}
+    if any(times.get(key) is None for _, _, start, end in PARTS for key in (start, end)):
+        return None
+    split = {name: (times[end] - times[start]) * 1000 for name, _, start, end in PARTS}
+    handed, seen = server.get("t_token_handed") or [], row.get("token_times") or []
+    if handed and len(handed) == len(seen):
+        split["handed_to_client"] = float(np.mean(np.subtract(seen, handed))) * 1000
+    return split
+
+
+def ttft_split(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """{"count": requests joined, "parts": {name: mean/median/p99 ms, share of the mean TTFT}} over the
+    succeeded timed requests that carry server times; None when no request does."""
+    done = [r for r in rows if not r.get("warmup") and r.get("finish_reason") in ("stop", "length")]
+    splits = [s for r in done if (s := request_split(r)) is not None]
+    if not splits:
+        return None
+    mean_ttft = sum(np.mean([s[name] for s in splits]) for name, *_ in PARTS)
+    parts = {}
+    for name in [name for name, *_ in PARTS] + ["handed_to_client"]:
+        values = np.array([s[name] for s in splits if name in s])
+        if not values.size:
+            continue
+        parts[name] = {
+            "mean_ms": float(values.mean()),
+            "median_ms": float(np.median(values)),
+            "p99_ms": float(np.percentile(values, 99)),
+        }
+        if name != "handed_to_client" and mean_ttft > 0:
+            parts[name]["share_of_ttft"] = float(values.mean() / mean_ttft)
+    return {"count": len(splits), "parts": parts}
