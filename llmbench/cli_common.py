@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from llmbench.console import console
@@ -23,6 +24,7 @@ from llmbench.results import write_atomic
 logger = logging.getLogger("llmbench")
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+MAX_MESSAGE = 500
 
 SetOption = Annotated[
     list[str] | None, typer.Option("--set", help="Override a config value: key.path=value (repeatable)")
@@ -32,8 +34,12 @@ VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logg
 
 
 def usage_error(message: str) -> typer.Exit:
-    """Print a one-line user error and return the exit to raise."""
-    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    """Print a one-line user error and return the exit to raise. A message quoting a huge value is cut:
+    the value is in the user's file already."""
+    message = " ".join(message.split())
+    if len(message) > MAX_MESSAGE:
+        message = f"{message[:MAX_MESSAGE]}... ({len(message):,} characters)"
+    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(EXIT_USAGE)
 
 

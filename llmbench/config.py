@@ -8,6 +8,7 @@ got 'fast'`."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,8 +16,15 @@ from typing import Any, Literal
 
 import yaml
 
+import llmbench
 from engine.config import ConfigError, EngineConfig, ModelConfig
-from llmbench.config_loader import bounded, build
+from llmbench.config_loader import bounded, build, clip
+from llmbench.config_yaml import YamlFileError, parse_yaml, read_yaml_file
+
+# far beyond a useful run, far below what the workload's arrays could allocate
+MAX_REQUESTS = 1_000_000
+MAX_TOKENS = 1 << 30  # a length bound numpy's integer sampling can take
+SHIPPED_CONFIGS = Path(llmbench.__file__).parent / "configs"  # `llmbench run quickstart` from anywhere
 
 
 @dataclass
@@ -27,8 +35,8 @@ class LengthConfig:
     mean: float = bounded(128, gt=0)  # fixed: the value; normal/lognormal: the mean; uniform: unused
     std: float = bounded(0.0, ge=0)  # normal
     sigma: float = bounded(0.5, gt=0)  # lognormal: std of the underlying normal
-    min: int = bounded(1, ge=1)
-    max: int | None = bounded(None, ge=1)  # uniform: required upper bound; others: clip
+    min: int = bounded(1, ge=1, le=MAX_TOKENS)
+    max: int | None = bounded(None, ge=1, le=MAX_TOKENS)  # uniform: required upper bound; others: clip
 
     def __post_init__(self) -> None:
         if self.dist == "uniform" and self.max is None:
@@ -76,8 +84,8 @@ class PrefixConfig:
 
 @dataclass
 class WorkloadConfig:
-    num_requests: int = bounded(64, ge=1)
-    warmup_requests: int = bounded(0, ge=0)  # run first, kept out of the metrics
+    num_requests: int = bounded(64, ge=1, le=MAX_REQUESTS)
+    warmup_requests: int = bounded(0, ge=0, le=MAX_REQUESTS)  # run first, kept out of the metrics
     seed: int = bounded(0, ge=0)  # numpy generators take no negative seeds
     max_concurrency: int | None = bounded(None, ge=1)
     input: LengthConfig = field(default_factory=LengthConfig)  # prompt tokens after any shared prefix
@@ -114,6 +122,13 @@ class OutputConfig:
     max_error_rate: float | None = bounded(None, ge=0)
 
     def __post_init__(self) -> None:
+        if self.dir is not None:
+            self.dir = os.path.expanduser(self.dir)
+            if not self.dir.isprintable() or ".." in Path(self.dir).parts or not self.dir.strip():
+                raise ConfigError(
+                    "dir",
+                    f"expected a path without '..' or control characters, got {clip(repr(self.dir), 60)}",
+                )
         bad = [p for p in self.percentiles if not 0 < p <= 100]
         if bad or not self.percentiles:
             raise ConfigError("percentiles", f"expected a non-empty list of numbers in (0, 100], got {bad}")
@@ -142,8 +157,14 @@ class BackendConfig:
 
 @dataclass
 class HardwareConfig:
-    """Peak figures MBU and MFU are judged against; unset: H200 defaults (4,200 GB/s, 784 TFLOP/s).
-    `llmbench env --bandwidth` measures the copy bandwidth of the machine at hand."""
+    """How much of the machine a run uses, and the peak figures MBU and MFU are judged against (unset:
+    H200 defaults, 4,200 GB/s and 784 TFLOP/s). `llmbench env --bandwidth` measures the copy bandwidth
+    of the machine at hand."""
+
+    # torch's CPU threads in every process that runs the model; null: torch's default (one per core).
+    # 1 by default: the tiny model's GEMMs are too small to split, and threads waiting at libgomp's
+    # barriers on a loaded machine made quickstart runs 2-25x slower than a single thread
+    cpu_threads: int | None = bounded(1, ge=1, le=1024)
 
     peak_bandwidth_gb_s: float | None = bounded(None, gt=0)
     peak_tflops: float | None = bounded(None, gt=0)
@@ -161,6 +182,16 @@ class RunConfig:
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
 
     def __post_init__(self) -> None:
+        # the name becomes a directory under results/: one path component, printable
+        if (
+            not self.name.isprintable()
+            or self.name.strip() in ("", ".", "..")
+            or any(c in self.name for c in "/\\")
+        ):
+            raise ConfigError(
+                "name",
+                f"expected a name without '/', '..' or control characters, got {clip(repr(self.name), 60)}",
+            )
         # the YAML keeps `model` top-level; the engine receives it inside its own config
         self.engine.model = self.model
 
@@ -197,20 +228,33 @@ def parse_config(data: Any, overrides: Sequence[str] = (), default_name: str = "
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
-    """Read and validate a YAML config file. Errors carry the file name in their message."""
-    path = Path(path)
+    """Read and validate a YAML config file, or a shipped one by name (`quickstart`). Errors carry the
+    file name in their message."""
+    path = resolve_config_path(path)
+    shown = str(path) if str(path).isprintable() else repr(str(path))
+    if not path.exists() and len(path.parts) == 1:
+        names = ", ".join(p.stem for p in sorted(SHIPPED_CONFIGS.glob("*.yaml")))
+        raise ConfigFileError(f"{clip(shown, 200)}: no such file, nor a shipped config ({names})")
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigFileError(f"{path}: cannot read ({e.strerror})") from None
+        data = read_yaml_file(path)
+    except YamlFileError as e:
+        raise ConfigFileError(f"{clip(shown, 200)}: {e}") from None
+    if data is None:
+        raise ConfigFileError(f"{clip(shown, 200)}: empty config (expected sections such as model, workload)")
+    name = path.stem if path.stem.isprintable() and path.stem else "run"
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigFileError(f"{path}: invalid YAML: {' '.join(str(e).split())}") from None
-    try:
-        return parse_config(data, overrides, default_name=path.stem)
+        return parse_config(data, overrides, default_name=name)
     except ConfigError as e:
-        raise ConfigFileError(f"{path.name}: {e}") from None
+        raise ConfigFileError(f"{clip(path.name if path.name.isprintable() else shown, 200)}: {e}") from None
+
+
+def resolve_config_path(path: str | Path) -> Path:
+    """`path` itself when it exists or has a directory part, else the shipped config of that name."""
+    path = Path(path).expanduser()
+    shipped = SHIPPED_CONFIGS / f"{path.name.removesuffix('.yaml')}.yaml"
+    if not path.exists() and len(path.parts) == 1 and shipped.is_file():
+        return shipped
+    return path
 
 
 def _apply_override(data: dict, item: str) -> None:
@@ -229,6 +273,6 @@ def _apply_override(data: dict, item: str) -> None:
             child = node[part] = dict(child)
         node = child
     try:
-        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
+        node[parts[-1]] = parse_yaml(raw) if raw.strip() else None
+    except (yaml.YAMLError, ValueError):
         node[parts[-1]] = raw

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import reprlib
 import types
 import typing
 from typing import Any, Literal, Union
@@ -16,9 +17,11 @@ from typing import Any, Literal, Union
 from engine.config import ConfigError
 
 
-def bounded(default: Any, *, gt: float | None = None, ge: float | None = None) -> Any:
-    """A dataclass field with a numeric lower bound the loader checks along with the type."""
-    return dataclasses.field(default=default, metadata={"gt": gt, "ge": ge})
+def bounded(
+    default: Any, *, gt: float | None = None, ge: float | None = None, le: float | None = None
+) -> Any:
+    """A dataclass field with numeric bounds the loader checks along with the type."""
+    return dataclasses.field(default=default, metadata={"gt": gt, "ge": ge, "le": le})
 
 
 def build(cls: type, data: Any, path: str, skip: set[tuple[type, str]] = frozenset()) -> Any:
@@ -37,7 +40,8 @@ def build(cls: type, data: Any, path: str, skip: set[tuple[type, str]] = frozens
     try:
         return cls(**kwargs)
     except ConfigError as e:
-        raise ConfigError(_join(path, e.key), e.message) from None
+        # a dataclass's own check may quote the value it refused, which can be megabytes long
+        raise ConfigError(_join(path, e.key), clip(e.message, 160)) from None
 
 
 def _convert(hint: Any, value: Any, path: str, bounds: Any, skip: set) -> Any:
@@ -76,8 +80,10 @@ def _scalar(hint: type, value: Any, path: str, bounds: Any) -> Any:
         ok = isinstance(value, str)
     else:
         raise TypeError(f"config field {path} has unsupported type {hint}")
-    gt, ge = bounds.get("gt"), bounds.get("ge")
-    in_range = ok and (gt is None or value > gt) and (ge is None or value >= ge)
+    gt, ge, le = bounds.get("gt"), bounds.get("ge"), bounds.get("le")
+    in_range = (
+        ok and (gt is None or value > gt) and (ge is None or value >= ge) and (le is None or value <= le)
+    )
     if not in_range:
         # YAML reads a bare `null` as None, never as the string some fields (model.executor) accept
         hint_text = ' (quote it, "null", to mean the string)' if hint is str and value is None else ""
@@ -94,6 +100,8 @@ def _finite(number: float) -> bool:
 
 def _describe(hint: Any, bounds: Any) -> str:
     noun = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
+    if bounds.get("le") is not None:
+        return f"{noun} >= {bounds['ge']:g} and <= {bounds['le']}"
     if bounds.get("gt") is not None:
         return f"{noun} > {bounds['gt']:g}"
     if bounds.get("ge") is not None:
@@ -108,14 +116,24 @@ def _unknown_key_message(key: str, known: list[str]) -> str:
     return f"unknown key (expected one of {', '.join(known)})"
 
 
+# what an error quotes of a value: a few items and characters, however large or deep the value is
+_quote = reprlib.Repr()
+_quote.maxlevel, _quote.maxlist, _quote.maxdict = 2, 4, 4
+_quote.maxstring = _quote.maxother = 60
+_quote.maxlong = 40
+
+
 def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value)
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    return _quote.repr(value)
+
+
+def clip(text: str, limit: int = 300) -> str:
+    """`text`, cut to `limit` characters with its full length said, so an error stays readable."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def _join(path: str, key: str) -> str:

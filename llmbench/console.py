@@ -55,7 +55,8 @@ class RunProgress:
         self._output_tokens = 0
 
     def request_done(self, record: RequestRecord) -> None:
-        self._output_tokens += record.output_len
+        # as output_throughput counts: a failed request's tokens are not output delivered
+        self._output_tokens += record.output_len if record.succeeded else 0
         elapsed = max(time.perf_counter() - self._started, 1e-9)
         self._progress.update(self._task, advance=1, rate=self._output_tokens / elapsed)
 
@@ -67,8 +68,11 @@ def metrics_table(summary: dict[str, Any]) -> Table:
     table = Table(title=title, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
+    counts = f"{m.get('completed', 0)} / {m.get('failed', 0)}"
+    if m.get("not_started"):
+        counts += f" ({m['not_started']} not started)"
     rows = [
-        ("completed / failed", f"{m.get('completed', 0)} / {m.get('failed', 0)}"),
+        ("completed / failed", counts),
         ("duration (s)", _fmt(m.get("duration_s"))),
         ("request throughput (req/s)", _fmt(m.get("request_throughput"))),
         ("output throughput (tok/s)", _fmt(m.get("output_throughput"))),

@@ -1,15 +1,21 @@
-"""The machine a run happened on: software versions and hardware, plus an optional copy-bandwidth
-measurement (the ceiling that MBU is judged against)."""
+"""The machine a run happened on: software versions (llmbench's own and its git commit included),
+hardware and the CPU threads torch uses, plus an optional copy-bandwidth measurement (the ceiling that
+MBU is judged against). Also where the thread count is set."""
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
+import subprocess
 import time
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import torch
+
+import llmbench
 
 
 def collect_environment() -> dict[str, Any]:
@@ -17,10 +23,13 @@ def collect_environment() -> dict[str, Any]:
     cuda = torch.cuda.is_available()
     props = torch.cuda.get_device_properties(0) if cuda else None
     return {
+        "llmbench": llmbench.__version__,
+        "git_commit": _git_commit(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),
         "cpu_cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "triton": _version("triton"),
         "transformers": _version("transformers"),
@@ -28,6 +37,39 @@ def collect_environment() -> dict[str, Any]:
         "gpu_memory_gb": round(props.total_memory / 2**30, 1) if props else None,
         "cuda": torch.version.cuda if cuda else None,
     }
+
+
+def apply_cpu_threads(threads: int | None) -> None:
+    """Give torch `threads` CPU threads in this process and in the engine processes it starts (a
+    process-split core is a fresh interpreter: it reads OMP_NUM_THREADS); None leaves torch's default."""
+    if threads is None:
+        return
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
+@functools.lru_cache(maxsize=1)
+def _git_commit() -> str | None:
+    """The commit of the checkout llmbench runs from, "+dirty" when tracked files changed; None when
+    it is not a git checkout (a pip install) or git is missing."""
+    root = Path(llmbench.__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        status = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if commit.returncode:
+        return None
+    return commit.stdout.strip() + ("+dirty" if status.stdout.strip() else "")
 
 
 def measure_copy_bandwidth(size_mb: int = 256, repeats: int = 10) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from llmbench.run_dir import claim_run_dir
 from llmbench.step_stats import StepCosts, derived_columns
 
 SCHEMA_VERSION = 1
@@ -69,9 +70,11 @@ def default_run_dir(name: str, root: str | Path = "results") -> Path:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory and os.replace, so readers never see half a file."""
+    """Write via a temp file in the same directory and os.replace, so readers never see half a file.
+    The file gets the permissions open() would give it (0666 less the umask), not mkstemp's 0600."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -80,12 +83,27 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-class ResultWriter:
-    """Streams one run's rows to disk as they arrive."""
+def _umask() -> int:
+    # the only way to read the umask is to set it; put straight back
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
-    def __init__(self, run_dir: Path, config: dict[str, Any], run_start: float, save_tokens: bool):
+
+class ResultWriter:
+    """Streams one run's rows to disk as they arrive, holding the run directory's lock until close().
+    `replace`: an earlier run's files there are removed first, else they make it a RunDirError."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        config: dict[str, Any],
+        run_start: float,
+        save_tokens: bool,
+        replace: bool = False,
+    ):
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = claim_run_dir(self.run_dir, replace)
         self.run_start = run_start
         self.save_tokens = save_tokens
         write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
@@ -123,6 +141,7 @@ class ResultWriter:
     def close(self) -> None:
         self._requests.close()
         self._steps_file.close()
+        os.close(self._lock)
 
 
 def build_summary(

@@ -10,6 +10,7 @@ import logging
 import math
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +30,7 @@ from llmbench.workload import Workload, WorkloadRequest, build_workload
 logger = logging.getLogger(__name__)
 
 STEP_FLUSH_INTERVAL_S = 0.1  # steps.csv in batches: file I/O stays out of most steps, each pause short
+MAX_TRIALS = 1000  # --repeat: each trial's metrics stay in summary.json
 
 
 @dataclass
@@ -55,6 +57,7 @@ class _RunState:
     step_rows: list[dict[str, Any]] = field(default_factory=list)
     records: list[RequestRecord] = field(default_factory=list)
     window: ProfileWindow | None = None  # under `llmbench profile`: starts and stops the profiler
+    not_started: int = 0  # of the current phase: requests without a token when it was cut short
 
 
 def run_benchmark(
@@ -64,25 +67,33 @@ def run_benchmark(
     backend: Backend | None = None,
     progress: RunProgress | None = None,
     check: bool = False,
+    replace: bool = False,
 ) -> RunResult:
     """Run the warm-up, then `repeat` timed trials. Trial k uses workload seed + k, so trials are
     independent samples and none finds an identical earlier trial in the prefix cache. With `check`,
-    a finished run asserts that the backend holds no request and no KV block (AssertionError)."""
+    a finished run asserts that the backend holds no request and no KV block (AssertionError).
+    `replace`: an earlier run's files in run_dir are removed, else they are a RunDirError."""
     backend = backend or make_backend(config)
     try:
-        workloads = [build_workload(config, backend.model_info, trial=k) for k in range(repeat)]
+        # trial 0 is built first, so a workload the model cannot serve fails before anything is written;
+        # the others one at a time, so only one trial's prompts are in memory
+        first = build_workload(config, backend.model_info)
+        workloads = (
+            first if k == 0 else build_workload(config, backend.model_info, k) for k in range(repeat)
+        )
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         run_start = time.perf_counter()
         config_dict = config.to_dict()
-        writer = ResultWriter(run_dir, config_dict, run_start, config.output.save_tokens)
+        writer = ResultWriter(run_dir, config_dict, run_start, config.output.save_tokens, replace)
         window = None if backend.profiles_own_steps else window_from_env()
         state = _RunState(backend, writer, config, progress, run_start, window=window)
         trial_metrics: list[dict[str, Any]] = []
         complete = interrupted = False
         stopped = None
         try:
-            _run_trials(state, workloads, trial_metrics)
+            _run_trials(state, first, workloads, repeat, trial_metrics)
             complete = True
+            stopped = _nothing_completed(trial_metrics)
         except KeyboardInterrupt:
             interrupted = True
             logger.warning("interrupted: writing partial results")
@@ -103,6 +114,8 @@ def run_benchmark(
             )
             if stopped:
                 summary["stop_reason"] = stopped
+            elif interrupted:
+                summary["stop_reason"] = f"interrupted (Ctrl-C); {state.not_started} requests not started"
             writer.write_summary(summary)
             writer.close()
         if check and complete:
@@ -112,21 +125,35 @@ def run_benchmark(
         backend.close()
 
 
-def _run_trials(state: _RunState, workloads: list[Workload], trial_metrics: list[dict[str, Any]]) -> None:
+def _nothing_completed(trial_metrics: list[dict[str, Any]]) -> str | None:
+    """Why a finished run counts as failed: no timed request of any trial completed."""
+    if any(m["completed"] for m in trial_metrics):
+        return None
+    failed = sum(m["failed"] for m in trial_metrics)
+    return f"no request completed ({failed} failed; see the error column of requests.jsonl)"
+
+
+def _run_trials(
+    state: _RunState,
+    first: Workload,
+    workloads: Iterable[Workload],
+    repeat: int,
+    trial_metrics: list[dict[str, Any]],
+) -> None:
     """Appends each trial's metrics as it ends, partial trials included."""
-    if workloads[0].warmup:
-        _run_phase(state, workloads[0].warmup, trial=0, warmup=True, label="warm-up")
+    if first.warmup:
+        _run_phase(state, first.warmup, trial=0, warmup=True, label="warm-up")
         state.backend.drain_step_records()  # warm-up steps are not part of the measurement
     for k, workload in enumerate(workloads):
-        first = len(state.records)
+        start = len(state.records)
         try:
-            _run_phase(
-                state, workload.requests, trial=k, warmup=False, label=f"trial {k + 1}/{len(workloads)}"
-            )
+            _run_phase(state, workload.requests, trial=k, warmup=False, label=f"trial {k + 1}/{repeat}")
         finally:
             metrics = compute_metrics(
-                state.records[first:], state.config.output.percentiles, state.config.slo
+                state.records[start:], state.config.output.percentiles, state.config.slo
             )
+            # requests a Ctrl-C or a stop cut off before their first token are neither done nor failed
+            metrics["not_started"] = state.not_started
             trial_metrics.append(metrics)
 
 
@@ -139,6 +166,7 @@ def _run_phase(
     failed = aborted = 0
     pending = deque(requests)
     live: dict[str, RequestRecord] = {}  # by backend request id
+    state.not_started = 0
     if state.progress:
         state.progress.phase(label, len(requests))
     phase_start = time.perf_counter()
@@ -192,8 +220,11 @@ def _run_phase(
             _drain(state)
         _flush_steps(state, trial, warmup)
     except BaseException:
-        # keep what the unfinished requests got so far; their finish_reason stays None
-        for record in live.values():
+        # keep what the unfinished requests got so far (their finish_reason stays None); one that got
+        # no token yet, like one never submitted, did not start: it is counted, not recorded
+        started = [record for record in live.values() if record.output_len]
+        state.not_started = len(pending) + len(live) - len(started)
+        for record in started:
             _finish(state, record)
         _flush_steps(state, trial, warmup)
         raise

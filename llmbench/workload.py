@@ -117,16 +117,19 @@ def _requests(
     id_prefix: str,
 ) -> list[WorkloadRequest]:
     wl = config.workload
-    if dataset is None:
-        input_lens = sample_lengths(wl.input, n, _rng(wl.seed, phase, _INPUT))
-        token_rng = _rng(wl.seed, phase, _TOKENS)
-        prompts = [synthetic_tokens(k, info, token_rng) for k in input_lens]
-    else:
-        prompts = [ids for ids, _, _ in dataset[:n]]
     if dataset is None or not wl.dataset.output_lengths_from_dataset:
         output_lens = sample_lengths(wl.output, n, _rng(wl.seed, phase, _OUTPUT))
     else:
         output_lens = [out for _, out, _ in dataset[:n]]
+    if dataset is None:
+        input_lens = sample_lengths(wl.input, n, _rng(wl.seed, phase, _INPUT))
+        # checked before any token is drawn: a length of 10^12 must be an error, not an allocation
+        totals = [wl.prefix.prefix_len + i + o for i, o in zip(input_lens, output_lens, strict=True)]
+        _check_lengths(totals, info)
+        token_rng = _rng(wl.seed, phase, _TOKENS)
+        prompts = [synthetic_tokens(k, info, token_rng) for k in input_lens]
+    else:
+        prompts = [ids for ids, _, _ in dataset[:n]]
     if prefixes:
         prompts = [prefixes[i % len(prefixes)] + p for i, p in enumerate(prompts)]
     texts = [text for _, _, text in dataset[:n]] if dataset is not None else [None] * n
@@ -135,17 +138,22 @@ def _requests(
 
 def _prefixes(config: RunConfig, info: ModelInfo) -> list[list[int]]:
     prefix = config.workload.prefix
+    _check_lengths([prefix.prefix_len], info)
     rng = _rng(config.workload.seed, 0, _PREFIX)
     return [synthetic_tokens(prefix.prefix_len, info, rng) for _ in range(prefix.groups)]
 
 
 def _check_fits(requests: list[WorkloadRequest], info: ModelInfo) -> None:
-    too_long = [r for r in requests if len(r.prompt_token_ids) + r.output_len > info.max_model_len]
+    _check_lengths([len(r.prompt_token_ids) + r.output_len for r in requests], info)
+
+
+def _check_lengths(totals: list[int], info: ModelInfo) -> None:
+    """Each request's prompt plus output tokens must fit the model's context."""
+    too_long = [n for n in totals if n > info.max_model_len]
     if too_long:
-        worst = max(len(r.prompt_token_ids) + r.output_len for r in too_long)
         raise WorkloadError(
             f"workload: {len(too_long)} requests need more than max_model_len={info.max_model_len} tokens "
-            f"(up to {worst}); lower the input/output lengths or raise engine.max_model_len"
+            f"(up to {max(too_long)}); lower the input/output lengths or raise engine.max_model_len"
         )
 
 
@@ -153,17 +161,28 @@ def _load_sharegpt(config: RunConfig, info: ModelInfo) -> list[tuple[list[int], 
     """(prompt token ids, output length, prompt text) per usable conversation, in a seeded random order."""
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(_tokenizer_path(config))
-    path = Path(config.workload.dataset.path)
+    tokenizer_path = _tokenizer_path(config)
     try:
-        entries = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise WorkloadError(f"workload.dataset.path: cannot read {path}: {e}") from None
+        tokenizer = Tokenizer.from_file(tokenizer_path)
+    except Exception as e:  # the tokenizers library raises plain Exceptions for unreadable files
+        message = " ".join(str(e).split())[:200]
+        raise WorkloadError(f"workload.dataset.tokenizer: cannot load {tokenizer_path}: {message}") from None
+    path = Path(config.workload.dataset.path).expanduser()
+    try:
+        entries = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise WorkloadError(f"workload.dataset.path: cannot read {path} ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise WorkloadError(f"workload.dataset.path: {path} is not UTF-8 text (offset {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise WorkloadError(f"workload.dataset.path: {path} is not JSON ({e.msg}, line {e.lineno})") from None
+    except RecursionError:
+        raise WorkloadError(f"workload.dataset.path: {path} is nested too deeply to parse") from None
     pairs = []
     for entry in entries if isinstance(entries, list) else []:
-        turns = entry.get("conversations") if isinstance(entry, dict) else None
-        if not turns or len(turns) < 2 or turns[0].get("from") != "human" or turns[1].get("from") != "gpt":
+        if not _is_conversation(entry):
             continue
+        turns = entry["conversations"]
         prompt = tokenizer.encode(turns[0]["value"]).ids
         output_len = len(tokenizer.encode(turns[1]["value"], add_special_tokens=False).ids)
         if prompt and output_len and len(prompt) + output_len <= info.max_model_len:
@@ -176,6 +195,18 @@ def _load_sharegpt(config: RunConfig, info: ModelInfo) -> list[tuple[list[int], 
         )
     order = _rng(config.workload.seed, 0, _DATASET).permutation(len(pairs))
     return [pairs[i] for i in order]
+
+
+def _is_conversation(entry: object) -> bool:
+    """A human turn answered by a gpt turn, both with text; anything else in the file is skipped."""
+    turns = entry.get("conversations") if isinstance(entry, dict) else None
+    if not isinstance(turns, list) or len(turns) < 2 or not all(isinstance(t, dict) for t in turns[:2]):
+        return False
+    return (
+        turns[0].get("from") == "human"
+        and turns[1].get("from") == "gpt"
+        and all(isinstance(t.get("value"), str) for t in turns[:2])
+    )
 
 
 def _tokenizer_path(config: RunConfig) -> str:

@@ -65,6 +65,9 @@ class Backend(Protocol):
 
 def make_backend(config: RunConfig) -> Backend:
     """The backend named by config.backend.type, started."""
+    from llmbench.env import apply_cpu_threads
+
+    apply_cpu_threads(config.hardware.cpu_threads)  # before any model loads or engine process starts
     if config.backend.type == "hf":
         from llmbench.backends.hf import HFBackend
 

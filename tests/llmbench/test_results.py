@@ -15,6 +15,7 @@ REQUEST_KEYS = {
     "warmup",
     "prompt_len",
     "output_len",
+    "finish_time",
     "submit_time",
     "first_token_time",
     "token_times",
