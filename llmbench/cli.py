@@ -77,6 +77,30 @@ def run(
         raise typer.Exit(EXIT_FAILURE)
 
 
+@app.command()
+def serve(
+    config: Annotated[Path, typer.Argument(help="YAML config; its model and engine sections are served")],
+    host: Annotated[str, typer.Option(help="Address to bind (loopback unless told otherwise)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port (0: any free one)")] = 8000,
+    set_: SetOption = None,
+    verbose: VerboseOption = False,
+) -> None:
+    """Serve the bundled engine over an OpenAI-compatible HTTP API until Ctrl-C.
+
+    Example:
+
+        llmbench serve configs/quickstart.yaml --port 8000 --set engine.process_split=true
+    """
+    from engine.serving.api_server import serve as serve_http
+
+    setup_logging(verbose)
+    with exit_codes((ConfigFileError,)):
+        cfg = load_config(config, set_ or [])
+    # a ValueError: unusable model settings; an OSError: the address is taken or not ours to bind
+    with exit_codes((ValueError, OSError), f"{config.name}: ", interruptible=True):
+        serve_http(cfg.engine, host, port)
+
+
 for study in (cli_studies.ablate, cli_studies.sweep, cli_studies.soak):
     app.command()(study)
 

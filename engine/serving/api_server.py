@@ -1,0 +1,201 @@
+"""`llmbench serve`: an OpenAI-compatible HTTP server over the bundled engine, on FastAPI + uvicorn (the
+stack vLLM's API server runs, so the API-server cost measured here is representative of it).
+
+POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; GET /v1/models, /health (503 once
+the engine is gone), /metrics (Prometheus text). Every bad request is a 4xx with OpenAI's error body."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException
+
+from engine.config import EngineConfig
+from engine.serving import inputs
+from engine.serving.engine_loop import EngineDeadError, EngineLoop
+from engine.serving.generation import ClientGone, Generation, RequestRejected
+from engine.serving.metrics import ServerMetrics
+from engine.serving.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
+from engine.serving.responses import Shape, error_body, event_stream, whole_response
+from engine.serving.tokenizer import TextTokenizer, load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+CLIENT_CLOSED = 499  # nginx's status for a client that left before its response: nobody reads it
+
+
+class ServerState:
+    """What the routes share: the engine loop, the tokenizer, the metrics and the served model name."""
+
+    def __init__(self, config: EngineConfig):
+        self.metrics = ServerMetrics(served_model_name(config))
+        self.engine = EngineLoop(config, self.metrics.observe_steps)
+        try:
+            self.tokenizer: TextTokenizer = load_tokenizer(config.model, self.engine.executor.shape)
+        except BaseException:
+            self.engine.shutdown()
+            raise
+        self.model = self.metrics.model
+        self.max_model_len = self.engine.executor.max_model_len
+        self.metrics.num_blocks = self.engine.executor.num_blocks
+
+
+def served_model_name(config: EngineConfig) -> str:
+    return Path(config.model.path).name if config.model.path else str(config.model.preset)
+
+
+def build_app(state: ServerState) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state.engine.start()
+        yield
+        state.engine.shutdown()
+
+    app = FastAPI(title="llmbench serve", lifespan=lifespan)
+    app.state.server = state
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, e: RequestValidationError) -> JSONResponse:
+        problems = [_validation_problem(err) for err in e.errors()]
+        return JSONResponse(error_body("; ".join(problems[:3]), 400), status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+        return JSONResponse(error_body(str(e.detail), e.status_code, "HTTPError"), status_code=e.status_code)
+
+    @app.get("/health")
+    async def health() -> Response:
+        if state.engine.dead is not None:
+            return _error(state.engine.dead, 503, "ServiceUnavailableError")
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        card = {"id": state.model, "object": "model", "created": 0, "owned_by": "llmbench"}
+        return {
+            "object": "list",
+            "data": [{**card, "root": state.model, "max_model_len": state.max_model_len}],
+        }
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> Response:
+        if (body.prompt is None) == (body.messages is None):
+            return _error("give either prompt or messages", 400)
+        if body.messages is not None:
+            text = state.tokenizer.render_chat([{"role": m.role, "content": m.text()} for m in body.messages])
+            tokens = state.tokenizer.encode(text, add_special_tokens=False)
+        else:
+            tokens = state.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+        return JSONResponse({"tokens": tokens, "count": len(tokens), "max_model_len": state.max_model_len})
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest) -> Response:
+        bad = [t for t in body.tokens if t >= state.tokenizer.vocab_size]
+        if bad:
+            return _error(
+                f"tokens: {bad[0]} is outside the vocabulary [0, {state.tokenizer.vocab_size})", 400
+            )
+        return JSONResponse({"prompt": state.tokenizer.decode(body.tokens)})
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        return await _generate(state, body, request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        return await _generate(state, body, request, chat=True)
+
+    return app
+
+
+async def _generate(
+    state: ServerState, body: CompletionRequest | ChatCompletionRequest, request: Request, chat: bool
+) -> Response:
+    if body.model is not None and body.model != state.model:
+        return _error(f"the model `{body.model}` does not exist (this server serves `{state.model}`)", 404)
+    vocab = state.tokenizer.vocab_size
+    try:
+        if chat:
+            prompts = [inputs.chat_prompt(body, state.tokenizer)]
+            max_tokens = body.max_completion_tokens or body.max_tokens
+        else:
+            prompts, max_tokens = inputs.completion_prompts(body, state.tokenizer), body.max_tokens
+        params = inputs.sampling_params(body, prompts, state.max_model_len, vocab, max_tokens)
+    except inputs.BadRequest as e:
+        return _error(str(e), 400)
+    prefix = "chatcmpl" if chat else "cmpl"
+    stop = inputs.stop_strings(body)
+    generation = Generation(state.engine, state.tokenizer, state.metrics, prompts, params, stop, prefix)
+    shape = Shape(chat, state.model, body.return_token_ids)
+    deltas = generation.deltas(request)
+    streaming = False
+    try:
+        generation.start()
+        if not body.stream:
+            return JSONResponse(await whole_response(shape, generation, deltas))
+        # the first output before the headers: an engine rejection can still be a 400
+        first = await anext(deltas)
+        streaming = True
+    except RequestRejected as e:
+        return _error(str(e), 400)
+    except EngineDeadError as e:
+        return _error(str(e), 503, "ServiceUnavailableError")
+    except ClientGone:
+        return Response(status_code=CLIENT_CLOSED)
+    finally:
+        if not streaming:  # whatever is left in the engine has nobody to go to
+            generation.abort()
+    include_usage = body.stream_options is not None and body.stream_options.include_usage
+    return StreamingResponse(
+        event_stream(shape, generation, first, deltas, include_usage), media_type="text/event-stream"
+    )
+
+
+def _validation_problem(error: dict) -> str:
+    if error["type"] == "json_invalid":
+        return f"invalid JSON at position {error['loc'][-1]}: {error.get('ctx', {}).get('error', '')}"
+    return f"{'.'.join(str(p) for p in error['loc'][1:]) or 'body'}: {error['msg']}"
+
+
+def _error(message: str, status: int, kind: str = "BadRequestError") -> JSONResponse:
+    return JSONResponse(error_body(message, status, kind), status_code=status)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket (port 0: a free one); binding first lets a caller learn the port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def make_server(app: FastAPI, log_level: str = "warning") -> uvicorn.Server:
+    # no access log: a line per request is CPU the engine's comparison should not pay (vLLM's
+    # benchmarks run with it off too)
+    return uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30))
+
+
+def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Load the model, then serve until interrupted; ValueError for unusable model settings."""
+    sock = bind_socket(host, port)
+    state = ServerState(config)
+    logger.info("serving %s on http://%s:%d/v1", state.model, host, sock.getsockname()[1])
+    make_server(build_app(state), "info").run(sockets=[sock])

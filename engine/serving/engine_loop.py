@@ -1,0 +1,166 @@
+"""The server's engine client: one thread of the server process drives the engine and hands each step's
+outputs to the asyncio event loop in one call. In-process (engine.process_split off) that thread steps
+the LLMEngine itself, so scheduling, execution and output processing compete with HTTP and
+detokenization for the GIL (vLLM 0.5.3's shape); split, it only moves messages to and from the engine
+core process (engine/core_client.py) and waits with the GIL released.
+
+The event loop never touches the engine: requests and aborts cross to the thread in a queue and are
+applied between steps. When the engine fails (an exception, or the core process dying) every stream
+still open gets an EngineDeadError and `dead` says why."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.config import EngineConfig
+from engine.core_client import EngineCoreClient
+from engine.llm_engine import LLMEngine
+from engine.request import RequestOutput, SamplingParams
+from engine.timing import StepRecord
+
+logger = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.05  # an idle thread wakes this often: a split core that died is noticed within it
+RECORDS_EVERY_S = 0.5  # step records are drained this often, for /metrics (and so they never pile up)
+JOIN_TIMEOUT_S = 10.0
+
+
+class EngineDeadError(RuntimeError):
+    """The engine stopped: no request can be served any more."""
+
+
+@dataclass
+class Stream:
+    """Where one HTTP request's outputs go: (choice index, output, time handed to the event loop)
+    tuples, or an EngineDeadError."""
+
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+
+
+class EngineLoop:
+    def __init__(self, config: EngineConfig, on_records: Callable[[list[StepRecord]], None]):
+        """on_records runs on the event loop with each batch of drained step records."""
+        self.split = config.process_split
+        self.engine = EngineCoreClient(config) if self.split else LLMEngine(config)
+        self.executor = self.engine.executor  # shape, max_model_len, num_blocks
+        self.dead: str | None = None
+        self._on_records = on_records
+        self._routes: dict[str, tuple[Stream, int]] = {}  # engine request id -> stream, choice index
+        self._commands: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._running = True
+        self.loop: asyncio.AbstractEventLoop | None = None  # the server's, once started
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+
+    def start(self) -> None:
+        """Start stepping; called on the event loop that will receive the outputs."""
+        self.loop = asyncio.get_running_loop()
+        self._thread.start()
+
+    # the event loop's side
+
+    def add(
+        self, request_id: str, prompt: list[int], params: SamplingParams, stream: Stream, index: int
+    ) -> None:
+        if self.dead is not None:
+            raise EngineDeadError(self.dead)
+        self._routes[request_id] = (stream, index)
+        self._send(("add", request_id, prompt, params, time.perf_counter()))
+
+    def abort(self, request_id: str) -> None:
+        """Drop the request: its outputs stop, the engine frees its KV blocks between two steps."""
+        if self._routes.pop(request_id, None) is not None and self.dead is None:
+            self._send(("abort", request_id))
+
+    async def check_empty(self) -> str | None:
+        """None when the engine holds no request and every KV block is free, else what is wrong."""
+        future = self.loop.create_future()
+        self._send(("check", future))
+        return await future
+
+    def shutdown(self) -> None:
+        self._running = False
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(JOIN_TIMEOUT_S)
+        self.engine.shutdown()
+
+    def _send(self, command: tuple) -> None:
+        self._commands.put(command)
+        self._wake.set()
+
+    def _dispatch(self, outputs: list[RequestOutput], handed: float) -> None:
+        for output in outputs:
+            route = self._routes.get(output.request_id)
+            if route is None:
+                continue  # aborted: its last outputs have nowhere to go
+            if output.finished:
+                del self._routes[output.request_id]
+            stream, index = route
+            stream.queue.put_nowait((index, output, handed))
+
+    def _fail_all(self, reason: str) -> None:
+        self.dead = reason
+        error = EngineDeadError(reason)
+        for stream, _ in self._routes.values():
+            stream.queue.put_nowait(error)
+        self._routes.clear()
+
+    # the engine thread's side
+
+    def _run(self) -> None:
+        loop, engine = self.loop, self.engine
+        last_drain = time.perf_counter()
+        try:
+            while self._running:
+                self._apply_commands()
+                if engine.has_unfinished() or self.split:
+                    # split: the client's step waits on the core with the GIL released, and an idle
+                    # step notices at once a core that exited
+                    outputs = engine.step()
+                    if outputs:
+                        loop.call_soon_threadsafe(self._dispatch, outputs, time.perf_counter())
+                if not engine.has_unfinished():
+                    self._wake.wait(IDLE_WAIT_S)
+                    self._wake.clear()
+                if time.perf_counter() - last_drain > RECORDS_EVERY_S:
+                    last_drain = time.perf_counter()
+                    records = engine.drain_step_records()
+                    if records:
+                        loop.call_soon_threadsafe(self._on_records, records)
+        except Exception as e:  # the engine is gone; the server stays up to say so
+            logger.exception("engine failed")
+            loop.call_soon_threadsafe(self._fail_all, f"engine failed: {e}")
+
+    def _apply_commands(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            kind = command[0]
+            if kind == "add":
+                self.engine.add_request(*command[1:])
+            elif kind == "abort":
+                self.engine.abort(command[1])
+            else:
+                self._check(command[1])
+
+    def _check(self, future: asyncio.Future) -> None:
+        if self.split:
+            failure = self.engine.check_empty()
+        else:
+            from engine.check import assert_engine_empty
+
+            try:
+                assert_engine_empty(self.engine)
+                failure = None
+            except AssertionError as e:
+                failure = str(e) or "assert_engine_empty failed"
+        self.loop.call_soon_threadsafe(future.set_result, failure)

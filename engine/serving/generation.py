@@ -1,0 +1,156 @@
+"""One HTTP request's generation: an engine request per prompt (a choice), each output detokenized
+into a text delta, stop strings applied, the engine's timestamps kept for the response. The HTTP layer
+(engine/serving/api_server.py) turns the deltas into OpenAI's JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+
+from engine.request import FinishReason, RequestOutput, SamplingParams
+from engine.serving.detokenizer import IncrementalDetokenizer
+from engine.serving.engine_loop import EngineDeadError, EngineLoop, Stream
+from engine.serving.metrics import ServerMetrics
+from engine.serving.tokenizer import TextTokenizer
+
+DISCONNECT_CHECK_S = 0.5  # a request waiting on the engine checks this often whether its client left
+# the server's perf_counter plus this is its wall clock: clients on other machines map our times with it
+WALL_OFFSET = time.time() - time.perf_counter()
+FINISH_REASONS = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length", FinishReason.ABORT: "abort"}
+
+
+class RequestRejected(ValueError):
+    """The engine refused the request (it can never fit, or its input is unusable): a 400."""
+
+
+class ClientGone(Exception):
+    """The client disconnected while its request was in the engine."""
+
+
+@dataclass
+class Choice:
+    index: int
+    request_id: str
+    prompt_token_ids: list[int]
+    detokenizer: IncrementalDetokenizer
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None
+    t_queued: float = 0.0
+    t_scheduled: float | None = None
+    t_first_token: float | None = None  # when the first token left the engine's output processing
+    t_token_handed: list[float] = field(default_factory=list)  # each output with tokens reaching the server
+
+    def server_timestamps(self) -> dict:
+        return {
+            "t_queued": self.t_queued,
+            "t_scheduled": self.t_scheduled,
+            "t_first_token": self.t_first_token,
+            "t_token_handed": self.t_token_handed,
+            "wall_offset": WALL_OFFSET,
+        }
+
+
+class Generation:
+    def __init__(
+        self,
+        engine: EngineLoop,
+        tokenizer: TextTokenizer,
+        metrics: ServerMetrics,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        stop: list[str],
+        prefix: str,
+    ):
+        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.engine, self.metrics, self.params = engine, metrics, params
+        self.choices = [
+            Choice(i, f"{self.id}-{i}", prompt, IncrementalDetokenizer(tokenizer, prompt, stop))
+            for i, prompt in enumerate(prompts)
+        ]
+        self.stream = Stream()
+        self._unfinished = len(prompts)
+
+    def start(self) -> None:
+        """Hand the prompts to the engine; EngineDeadError when it is gone."""
+        for choice in self.choices:
+            self.engine.add(
+                choice.request_id, choice.prompt_token_ids, self.params, self.stream, choice.index
+            )
+            choice.t_queued = time.perf_counter()
+
+    async def deltas(self, request: Request) -> AsyncIterator[tuple[Choice, str, list[int]]]:
+        """(choice, new text, new token ids) per engine output, until every choice has finished.
+        Raises RequestRejected, EngineDeadError, or ClientGone (after aborting what is left)."""
+        try:
+            while self._unfinished:
+                index, output, handed = await self._next(request)
+                choice = self.choices[index]
+                yield choice, self._apply(choice, output, handed), output.new_token_ids
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        """Drop every choice still in the engine (a no-op for finished ones)."""
+        for choice in self.choices:
+            if choice.finish_reason is None:
+                self.engine.abort(choice.request_id)
+
+    async def _next(self, request: Request) -> tuple[int, RequestOutput, float]:
+        queue = self.stream.queue
+        while True:
+            try:
+                # get_nowait first: wait_for costs a task per call, and under load an output is usually there
+                item = (
+                    queue.get_nowait()
+                    if not queue.empty()
+                    else await asyncio.wait_for(queue.get(), DISCONNECT_CHECK_S)
+                )
+            except TimeoutError:
+                if await request.is_disconnected():
+                    raise ClientGone() from None
+                continue
+            if isinstance(item, EngineDeadError):
+                raise item
+            return item
+
+    def _apply(self, choice: Choice, output: RequestOutput, handed: float) -> str:
+        if output.finish_reason in (FinishReason.ERROR, FinishReason.REJECTED):
+            raise RequestRejected(output.error)
+        if output.t_scheduled is not None and choice.t_scheduled is None:
+            choice.t_scheduled = output.t_scheduled
+        delta = ""
+        if output.new_token_ids:
+            choice.t_first_token = choice.t_first_token or output.t_emit
+            choice.t_token_handed.append(handed)
+            choice.token_ids += output.new_token_ids
+            delta = choice.detokenizer.add(output.new_token_ids)
+        if choice.detokenizer.stopped and not output.finished:
+            self.engine.abort(choice.request_id)  # a stop string: the engine need not go on
+            output.finished, output.finish_reason = True, FinishReason.STOP
+        if output.finished:
+            delta += choice.detokenizer.flush()
+            choice.finish_reason = (
+                "stop" if choice.detokenizer.stopped else FINISH_REASONS[output.finish_reason]
+            )
+            self._unfinished -= 1
+            self.metrics.observe_request(
+                choice.t_queued,
+                choice.t_token_handed,
+                len(choice.prompt_token_ids),
+                len(choice.token_ids),
+                choice.finish_reason,
+            )
+        choice.text += delta
+        return delta
+
+    def usage(self) -> dict:
+        prompt = sum(len(c.prompt_token_ids) for c in self.choices)
+        completion = sum(len(c.token_ids) for c in self.choices)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

@@ -1,0 +1,110 @@
+"""What a request body becomes for the engine: prompt token ids per choice and SamplingParams, checked
+against the model first, so every unusable request is a 400 with the reason instead of an engine error."""
+
+from __future__ import annotations
+
+from engine.request import SamplingParams
+from engine.serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
+from engine.serving.tokenizer import ChatTemplateError, TextTokenizer
+
+MIN_TEMPERATURE = 0.01  # as vLLM: a smaller positive temperature overflows the logits; it is raised to this
+
+
+class BadRequest(ValueError):
+    """The request cannot be served as asked: a 400 with this message."""
+
+
+def completion_prompts(body: CompletionRequest, tokenizer: TextTokenizer) -> list[list[int]]:
+    prompt = body.prompt
+    if isinstance(prompt, str):
+        prompts = [tokenizer.encode(prompt)]
+    elif prompt and all(isinstance(p, int) for p in prompt):
+        prompts = [list(prompt)]
+    else:
+        prompts = [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompt]
+    if not prompts:
+        raise BadRequest("prompt: empty list")
+    for i, ids in enumerate(prompts):
+        _check_ids(ids, tokenizer.vocab_size, "prompt" if len(prompts) == 1 else f"prompt[{i}]")
+    return prompts
+
+
+def chat_prompt(body: ChatCompletionRequest, tokenizer: TextTokenizer) -> list[int]:
+    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+    try:
+        text = tokenizer.render_chat(messages)
+    except ChatTemplateError as e:
+        raise BadRequest(f"messages: {e}") from None
+    ids = tokenizer.encode(text, add_special_tokens=False)  # the template writes its own BOS
+    _check_ids(ids, tokenizer.vocab_size, "messages")
+    return ids
+
+
+def _check_ids(ids: list[int], vocab_size: int, where: str) -> None:
+    if not ids:
+        raise BadRequest(f"{where}: empty prompt")
+    bad = max(ids)
+    if bad >= vocab_size:
+        raise BadRequest(f"{where}: token id {bad} is outside the vocabulary [0, {vocab_size})")
+
+
+def sampling_params(
+    body: SamplingRequest,
+    prompts: list[list[int]],
+    max_model_len: int,
+    vocab_size: int,
+    max_tokens: int | None,
+) -> SamplingParams:
+    """The engine's parameters; max_tokens is the body's (under the endpoint's name), None for the
+    endpoint's default: 16 for completions (OpenAI's), the rest of the context for chat (vLLM's)."""
+    if body.n != 1:
+        raise BadRequest(f"n: only 1 is supported, got {body.n}")
+    _unsupported(body)
+    longest = max(len(p) for p in prompts)
+    if longest >= max_model_len:
+        raise BadRequest(f"prompt: {longest} tokens, the model's maximum context length is {max_model_len}")
+    if max_tokens is None:
+        max_tokens = 16 if isinstance(body, CompletionRequest) else max_model_len - longest
+    if longest + max_tokens > max_model_len:
+        raise BadRequest(
+            f"max_tokens: this model's maximum context length is {max_model_len} tokens, but {longest} "
+            f"prompt tokens + {max_tokens} max_tokens were requested"
+        )
+    bad_stop = [t for t in body.stop_token_ids if t >= vocab_size]
+    if bad_stop:
+        raise BadRequest(f"stop_token_ids: {bad_stop[0]} is outside the vocabulary [0, {vocab_size})")
+    temperature = body.temperature
+    if 0 < temperature < MIN_TEMPERATURE:
+        temperature = MIN_TEMPERATURE
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_k=max(body.top_k, 0),
+        top_p=body.top_p,
+        seed=body.seed,
+        ignore_eos=body.ignore_eos,
+        stop_token_ids=tuple(body.stop_token_ids),
+        min_tokens=body.min_tokens,
+    )
+    problem = params.problem()
+    if problem is not None:
+        raise BadRequest(problem)
+    return params
+
+
+def stop_strings(body: SamplingRequest) -> list[str]:
+    return [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+
+
+def _unsupported(body: SamplingRequest) -> None:
+    if isinstance(body, CompletionRequest):
+        if body.echo:
+            raise BadRequest("echo: not supported")
+        if body.logprobs is not None:
+            raise BadRequest("logprobs: not supported")
+        if body.best_of not in (None, 1):
+            raise BadRequest(f"best_of: only 1 is supported, got {body.best_of}")
+        if body.suffix:
+            raise BadRequest("suffix: not supported")
+    elif body.logprobs:
+        raise BadRequest("logprobs: not supported")

@@ -1,0 +1,68 @@
+"""The server's Prometheus metrics (GET /metrics), named after vLLM's so existing dashboards read them:
+queue and KV gauges from the engine's step records, token counters, and TTFT / inter-token /
+end-to-end latency as the server sees them (from a request's arrival at the server to each output
+handed to the event loop), plus each step's host CPU and device milliseconds."""
+
+from __future__ import annotations
+
+import math
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from engine.timing import StepRecord
+
+LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80)
+STEP_BUCKETS_MS = (0.1, 0.25, 0.5, 1, 2, 4, 6, 8, 10, 15, 20, 30, 50, 100, 250, 1000)
+
+
+class ServerMetrics:
+    def __init__(self, model: str):
+        self.registry = CollectorRegistry()  # one per server: tests start several in one process
+        labels = {"labelnames": ["model_name"], "registry": self.registry}
+        self.running = Gauge("vllm:num_requests_running", "Requests in the running batch", **labels)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled", **labels)
+        self.kv_blocks = Gauge("vllm:kv_cache_blocks_used", "KV cache blocks in use", **labels)
+        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "Fraction of KV cache blocks in use", **labels)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens of finished requests", **labels)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens", **labels)
+        self.finished = Counter(
+            "vllm:request_success", "Finished requests", labelnames=["model_name", "finished_reason"],
+            registry=self.registry,
+        )  # fmt: skip
+        buckets = {"buckets": LATENCY_BUCKETS_S, **labels}
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Arrival to first token", **buckets)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "Between two outputs", **buckets)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Arrival to last token", **buckets)
+        step = {"buckets": STEP_BUCKETS_MS, **labels}
+        self.step_cpu = Histogram("llmbench:step_cpu_ms", "Host milliseconds per engine step", **step)
+        self.step_gpu = Histogram("llmbench:step_gpu_ms", "Device milliseconds per engine step", **step)
+        self.model = model
+        self.num_blocks = 1
+
+    def observe_steps(self, records: list[StepRecord]) -> None:
+        model = self.model
+        for record in records:
+            cpu_ms = record.schedule_ms + record.prepare_ms + record.sample_ms + record.output_ms
+            self.step_cpu.labels(model).observe(cpu_ms)
+            if not math.isnan(record.gpu_ms):
+                self.step_gpu.labels(model).observe(record.gpu_ms)
+        last = records[-1]
+        self.running.labels(model).set(last.num_running)
+        self.waiting.labels(model).set(last.num_waiting)
+        self.kv_blocks.labels(model).set(last.num_blocks_used)
+        self.kv_usage.labels(model).set(last.num_blocks_used / self.num_blocks)
+
+    def observe_request(
+        self, queued: float, handed: list[float], num_prompt: int, num_output: int, reason: str
+    ) -> None:
+        """One finished request: its arrival and the times its outputs reached the event loop."""
+        model = self.model
+        self.prompt_tokens.labels(model).inc(num_prompt)
+        self.generation_tokens.labels(model).inc(num_output)
+        self.finished.labels(model, reason).inc()
+        if not handed:
+            return
+        self.ttft.labels(model).observe(handed[0] - queued)
+        self.e2e.labels(model).observe(handed[-1] - queued)
+        for before, after in zip(handed[:-1], handed[1:], strict=True):
+            self.itl.labels(model).observe(after - before)

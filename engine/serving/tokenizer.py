@@ -1,0 +1,80 @@
+"""The server's tokenizer: the model directory's tokenizer.json (or model.tokenizer), else for a preset
+the synthetic byte-level BPE of its vocabulary (engine/serving/synthetic_bpe.py). Chat prompts are
+rendered with the chat template of the tokenizer_config.json beside it, as HF transformers does, or
+with a plain role-tagged template when there is none (presets, bare tokenizer.json files)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
+from engine.config import ModelConfig
+from engine.models.llama import LlamaShape
+from engine.serving.synthetic_bpe import synthetic_tokenizer
+
+FALLBACK_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}\n"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+class TextTokenizer:
+    """Text <-> token ids for one model, and its chat template."""
+
+    def __init__(self, tokenizer: Tokenizer, shape: LlamaShape, chat_template: str | None = None):
+        self.tokenizer = tokenizer
+        self.vocab_size = shape.vocab_size
+        self.bos_token = tokenizer.id_to_token(shape.bos_token_id) if shape.bos_token_id >= 0 else None
+        self.eos_token = tokenizer.id_to_token(shape.eos_token_id) if shape.eos_token_id >= 0 else None
+        self.has_chat_template = chat_template is not None
+        environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        environment.globals["raise_exception"] = _raise_template_error
+        self._chat_template = environment.from_string(chat_template or FALLBACK_CHAT_TEMPLATE)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens)
+
+    def render_chat(self, messages: list[dict[str, str]]) -> str:
+        """The prompt text of a conversation, ending where the assistant's reply starts."""
+        return self._chat_template.render(
+            messages=messages,
+            add_generation_prompt=True,
+            bos_token=self.bos_token or "",
+            eos_token=self.eos_token or "",
+        )
+
+
+class ChatTemplateError(ValueError):
+    """The chat template refused the conversation (its raise_exception); a client error."""
+
+
+def _raise_template_error(message: str) -> None:
+    raise ChatTemplateError(message)
+
+
+def load_tokenizer(model: ModelConfig, shape: LlamaShape) -> TextTokenizer:
+    """The tokenizer for a model; ValueError when a model directory or model.tokenizer has none."""
+    if model.tokenizer is None and model.path is None:
+        return TextTokenizer(
+            synthetic_tokenizer(shape.vocab_size, shape.bos_token_id, shape.eos_token_id), shape
+        )
+    path = Path(model.tokenizer) if model.tokenizer is not None else Path(model.path) / "tokenizer.json"
+    if not path.is_file():
+        raise ValueError(f"no tokenizer at {path}: set model.tokenizer to a tokenizer.json")
+    return TextTokenizer(Tokenizer.from_file(str(path)), shape, _chat_template(path.parent))
+
+
+def _chat_template(directory: Path) -> str | None:
+    config = directory / "tokenizer_config.json"
+    if not config.is_file():
+        return None
+    template = json.loads(config.read_text()).get("chat_template")
+    if isinstance(template, list):  # several named templates: the default one
+        template = next((t["template"] for t in template if t.get("name") == "default"), None)
+    return template
