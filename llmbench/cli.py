@@ -21,9 +21,11 @@ from llmbench.cli_common import (
     print_wide,
     save_json,
     show_report,
+    usage_error,
 )
 from llmbench.config import ConfigFileError, load_config
 from llmbench.console import RunProgress, console, metrics_table, setup_logging
+from llmbench.run_dir import RunDirError, check_run_dir
 from llmbench.workload import WorkloadError
 
 app = typer.Typer(
@@ -39,7 +41,10 @@ def run(
     config: Annotated[Path, typer.Argument(help="YAML run config, e.g. configs/quickstart.yaml")],
     set_: SetOption = None,
     out: Annotated[Path | None, typer.Option(help="Run directory (default: results/NAME-TIME)")] = None,
-    repeat: Annotated[int, typer.Option(min=1, help="Timed trials; metrics become their median")] = 1,
+    repeat: Annotated[int, typer.Option(help="Timed trials; metrics become their median")] = 1,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the results of an earlier run in the run directory")
+    ] = False,
     no_report: NoReportOption = False,
     check: Annotated[
         bool, typer.Option("--check", help="Fail unless the engine ends empty (no request, no KV block)")
@@ -54,19 +59,24 @@ def run(
     """
     from llmbench.backends import make_backend
     from llmbench.results import default_run_dir
-    from llmbench.runner import run_benchmark
+    from llmbench.runner import MAX_TRIALS, run_benchmark
 
     setup_logging(verbose)
+    if not 1 <= repeat <= MAX_TRIALS:
+        raise usage_error(f"--repeat: expected an integer in [1, {MAX_TRIALS}], got {repeat}")
     with exit_codes((ConfigFileError,)):
         cfg = load_config(config, set_ or [])
-    run_dir = out or Path(cfg.output.dir or default_run_dir(cfg.name))
+    run_dir = (out or Path(cfg.output.dir or default_run_dir(cfg.name))).expanduser()
+    with exit_codes((RunDirError,)):
+        check_run_dir(run_dir, force)  # again under the run's lock; here before the model loads
     # a ValueError: the model settings name something unusable (preset, path, device); Ctrl-C while
     # loading: nothing measured yet
     with exit_codes((ValueError,), f"{config.name}: ", interruptible=True):
         backend = make_backend(cfg)
     failure = f"run failed; results measured so far are in {run_dir}"
-    with exit_codes((ConfigError, WorkloadError), f"{config.name}: ", failure), RunProgress() as progress:
-        result = run_benchmark(cfg, run_dir, repeat=repeat, backend=backend, progress=progress, check=check)
+    user_errors = (ConfigError, WorkloadError, RunDirError)
+    with exit_codes(user_errors, f"{config.name}: ", failure), RunProgress() as progress:
+        result = run_benchmark(cfg, run_dir, repeat, backend, progress, check, replace=force)
     console.print(metrics_table(result.summary))
     console.print(f"results: {result.run_dir}", highlight=False)
     if cfg.output.report and not no_report:
@@ -111,14 +121,17 @@ def env(
         bool, typer.Option("--bandwidth", help="Also measure copy bandwidth in GB/s")
     ] = False,
 ) -> None:
-    """Show software versions and hardware, as recorded in every run's summary.json.
+    """Show software versions and hardware, as recorded in every run's summary.json (torch_threads: the
+    default hardware.cpu_threads a run applies).
 
     Example:
 
         llmbench env --bandwidth
     """
-    from llmbench.env import collect_environment, measure_copy_bandwidth
+    from llmbench.config import HardwareConfig
+    from llmbench.env import apply_cpu_threads, collect_environment, measure_copy_bandwidth
 
+    apply_cpu_threads(HardwareConfig().cpu_threads)
     info = collect_environment()
     if bandwidth:
         info["bandwidth"] = measure_copy_bandwidth()
@@ -162,8 +175,10 @@ def report(
     from llmbench.report import ReportError, default_report_dir, write_report
 
     setup_logging()
-    with exit_codes((ReportError,)):
-        path = write_report(run_dirs, out or default_report_dir(run_dirs))
+    out_dir = (out or default_report_dir(run_dirs)).expanduser()
+    with exit_codes((ReportError, RunDirError)):
+        check_run_dir(out_dir, replace=True)  # a file, or a path under one, cannot hold the report
+        path = write_report(run_dirs, out_dir)
     console.print(f"report: {path}", highlight=False)
 
 
