@@ -1,24 +1,22 @@
 """Regression gate: compare chosen metrics of two runs against relative thresholds, and only call a
-change a regression when it is beyond both the threshold and the trial-to-trial noise."""
+change a regression when it is beyond both the threshold and the trial-to-trial noise. Each verdict also
+says how large a regression its trials could have caught, and a run that served nothing never passes."""
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import re
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 from rich import box
 from rich.table import Table
 
-from llmbench.results import load_steps
-from llmbench.stats import bootstrap_ratio_ci, mann_whitney_greater, ratio
-from llmbench.step_stats import summarize_steps
-
-log = logging.getLogger(__name__)
+from llmbench.compare_load import CompareError, load_summary
+from llmbench.stats import bootstrap_ratios, detectable_worsening, mann_whitney_greater, ratio
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_METRICS = (
@@ -37,10 +35,12 @@ REGRESSION = "REGRESSION"
 IMPROVED = "improved"
 WITHIN_NOISE = "within noise"
 OK = "ok"
-
-
-class CompareError(ValueError):
-    """Bad input to compare (missing file, unknown metric, bad threshold): exit code 2."""
+NOT_ENOUGH = "not enough trials"  # a pass these trials could not have told from a regression
+ALL_FAILED = "every request failed"
+FAILING = (REGRESSION, ALL_FAILED)
+POWER = 0.9  # "detects": the smallest regression flagged this often at the trials' noise
+# a pass is only a pass when a regression of this many thresholds would have been caught
+RESOLVE_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,8 @@ class Verdict:
     p_value: float | None  # one-sided Mann-Whitney U, current worse than baseline
     trials: tuple[int, int]
     verdict: str
+    detectable: float | None = None  # smallest worsening caught with probability POWER; None without trials
+    incomplete: tuple[bool, bool] = (False, False)  # (baseline, current) cut short before they finished
 
 
 def metric_direction(name: str) -> bool:
@@ -95,39 +97,6 @@ def _parse_threshold(spec: str, text: str) -> float:
     return value
 
 
-def load_summary(path: Path) -> dict:
-    """A run directory or its summary.json."""
-    file = path / "summary.json" if path.is_dir() else path
-    if not file.is_file():
-        raise CompareError(f"{path}: no such run directory or summary.json")
-    try:
-        summary = json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise CompareError(f"{file}: not valid JSON ({e.msg})") from None
-    if not isinstance(summary, dict) or not isinstance(summary.get("metrics"), dict):
-        raise CompareError(f"{file}: not an llmbench summary (no 'metrics')")
-    if not summary.get("complete", True):
-        log.warning("%s is from an incomplete run", file)
-    if path.is_dir():
-        _attach_trial_steps(summary, path)
-    return summary
-
-
-def _attach_trial_steps(summary: dict, run_dir: Path) -> None:
-    """Give each trial its own step summary from steps.csv, so steps.* metrics are judged against
-    trial noise too rather than as one point each."""
-    trials = summary.get("trials") or []
-    if len(trials) < 2 or any("steps" in trial for trial in trials) or not (run_dir / "steps.csv").is_file():
-        return
-    rows_by_trial: dict[int, list[dict]] = {}
-    for row in load_steps(run_dir):
-        rows_by_trial.setdefault(row["trial"], []).append(row)
-    if sorted(rows_by_trial) != list(range(len(trials))):
-        return
-    for k, trial in enumerate(trials):
-        trial["steps"] = summarize_steps(rows_by_trial[k])
-
-
 def _lookup(root: dict, path: str) -> float | None:
     value = root
     for key in path.split("."):
@@ -149,7 +118,8 @@ def _trial_values(summary: dict, name: str) -> list[float]:
 def compare_summaries(
     baseline: dict, current: dict, checks: list[MetricCheck] | None = None
 ) -> list[Verdict]:
-    """Verdicts for the given checks, or for the default metrics present in both summaries."""
+    """Verdicts for the given checks, or for the default metrics present in both summaries; plus an
+    ALL_FAILED row for a side that completed no request, whatever the checks."""
     if checks is None:
         checks = [
             MetricCheck(name, metric_direction(name), DEFAULT_THRESHOLD)
@@ -160,21 +130,50 @@ def compare_summaries(
         for label, summary in (("baseline", baseline), ("current", current)):
             if _summary_value(summary, check.name) is None:
                 raise CompareError(f"metric {check.name!r}: not found in the {label} summary")
-    return [_judge(check, baseline, current) for check in checks]
+    incomplete = (not baseline.get("complete", True), not current.get("complete", True))
+    verdicts = [_judge(check, baseline, current, incomplete) for check in checks]
+    return _served_nothing(verdicts, baseline, current, incomplete)
 
 
-def _judge(check: MetricCheck, baseline: dict, current: dict) -> Verdict:
+def _served_nothing(verdicts: list[Verdict], baseline: dict, current: dict, incomplete) -> list[Verdict]:
+    """A run whose requests all failed measured no serving at all: its step times and zero latencies
+    must not pass as "ok", so its `completed` row says so and fails."""
+    counts = [_summary_value(summary, "completed") for summary in (baseline, current)]
+    if None in counts or min(counts) > 0:
+        return verdicts
+    verdicts = [v for v in verdicts if v.metric != "completed"]
+    row = Verdict(
+        metric="completed",
+        higher_is_better=True,
+        threshold=0.0,
+        baseline=counts[0],
+        current=counts[1],
+        change=ratio(counts[0], counts[1]) - 1,
+        ci_low=None,
+        ci_high=None,
+        p_value=None,
+        trials=(0, 0),
+        verdict=ALL_FAILED,
+        incomplete=incomplete,
+    )
+    return [row, *verdicts]
+
+
+def _judge(check: MetricCheck, baseline: dict, current: dict, incomplete: tuple[bool, bool]) -> Verdict:
     def worsening(r: float) -> float:
         """How much worse a ratio current/baseline is, as a positive fraction; negative is better."""
         return 1 - r if check.higher_is_better else r - 1
 
     base_trials, cur_trials = _trial_values(baseline, check.name), _trial_values(current, check.name)
-    ci_low = ci_high = p_value = None
+    ci_low = ci_high = p_value = detectable = None
     if base_trials and cur_trials:
         base_value, cur_value = statistics.median(base_trials), statistics.median(cur_trials)
-        low, high = bootstrap_ratio_ci(base_trials, cur_trials)
+        ratios = bootstrap_ratios(base_trials, cur_trials)
+        low, high = (float(q) for q in np.quantile(ratios, [0.025, 0.975]))
         ci_low, ci_high = low - 1, high - 1
         least_bad, most_bad = sorted((worsening(low), worsening(high)))
+        point = ratio(base_value, cur_value)
+        detectable = detectable_worsening(ratios, point, check.threshold, check.higher_is_better, POWER)
         # one-sided: the current side worse means lower for a throughput, higher for a latency
         if check.higher_is_better:
             p_value = mann_whitney_greater(cur_trials, base_trials)
@@ -190,6 +189,8 @@ def _judge(check: MetricCheck, baseline: dict, current: dict) -> Verdict:
         verdict = REGRESSION
     elif most_bad < -check.threshold:
         verdict = IMPROVED
+    elif detectable is not None and detectable > RESOLVE_FACTOR * check.threshold:
+        verdict = NOT_ENOUGH
     elif abs(point) > check.threshold:
         verdict = WITHIN_NOISE
     else:
@@ -206,6 +207,8 @@ def _judge(check: MetricCheck, baseline: dict, current: dict) -> Verdict:
         p_value=p_value,
         trials=(len(base_trials), len(cur_trials)),
         verdict=verdict,
+        detectable=detectable,
+        incomplete=incomplete,
     )
 
 
@@ -222,6 +225,8 @@ def compare_runs(
             "baseline": str(baseline),
             "current": str(current),
             "regression": has_regression(verdicts),
+            "resolved": all(v.verdict != NOT_ENOUGH for v in verdicts),
+            "incomplete": dict(zip(("baseline", "current"), verdicts[0].incomplete, strict=True)),
             "verdicts": [asdict(v) for v in verdicts],
         }
         json_path.write_text(json.dumps(payload, indent=2) + "\n")
@@ -229,33 +234,58 @@ def compare_runs(
 
 
 def has_regression(verdicts: list[Verdict]) -> bool:
-    return any(v.verdict == REGRESSION for v in verdicts)
+    """A metric beyond its threshold and the noise, or a run that served nothing: exit code 1."""
+    return any(v.verdict in FAILING for v in verdicts)
 
 
-_VERDICT_STYLE = {REGRESSION: "bold red", IMPROVED: "green", WITHIN_NOISE: "yellow", OK: "green"}
+_VERDICT_STYLE = {
+    REGRESSION: "bold red",
+    ALL_FAILED: "bold red",
+    IMPROVED: "green",
+    WITHIN_NOISE: "yellow",
+    NOT_ENOUGH: "yellow",
+    OK: "green",
+}
 
 
 def _value(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
+def _verdict_text(v: Verdict) -> str:
+    text = f"{NOT_ENOUGH} to detect {v.threshold:.0%}" if v.verdict == NOT_ENOUGH else v.verdict
+    return f"[{_VERDICT_STYLE[v.verdict]}]{text}[/]"
+
+
 def verdict_table(verdicts: list[Verdict]) -> Table:
-    """Limit is the change allowed in the bad direction: -5% for throughputs, +5% for latencies."""
-    table = Table(title="llmbench compare", box=box.SIMPLE_HEAD)
+    """Limit is the change allowed in the bad direction: -5% for throughputs, +5% for latencies.
+    Detects is the smallest regression these trials flag 90% of the time (power); a pass whose trials
+    could not catch twice the limit says "not enough trials"."""
+    incomplete = verdicts[0].incomplete if verdicts else (False, False)
+    sides = [side for side, cut in zip(("baseline", "current"), incomplete, strict=True) if cut]
+    caption = f"* incomplete run ({' and '.join(sides)}): judged on what it measured" if sides else None
+    table = Table(title="llmbench compare", box=box.SIMPLE_HEAD, caption=caption)
     table.add_column("metric", no_wrap=True)
-    for header in ("baseline", "current", "change", "95% CI", "p", "limit"):
+    for header in ("baseline", "current", "change", "95% CI", "p", "limit", "detects"):
         table.add_column(header, justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
+    marks = ["*" if cut else "" for cut in incomplete]
     for v in verdicts:
         ci = "-" if v.ci_low is None else f"{v.ci_low:+.0%}..{v.ci_high:+.0%}"
+        sign = -1 if v.higher_is_better else 1
         table.add_row(
             v.metric,
-            _value(v.baseline),
-            _value(v.current),
+            _value(v.baseline) + marks[0],
+            _value(v.current) + marks[1],
             f"{v.change:+.1%}",
             ci,
             "-" if v.p_value is None else f"{v.p_value:.2f}",
-            f"{-v.threshold if v.higher_is_better else v.threshold:+.0%}",
-            f"[{_VERDICT_STYLE[v.verdict]}]{v.verdict}[/]",
+            "-" if v.verdict == ALL_FAILED else f"{sign * v.threshold:+.0%}",
+            "-" if v.detectable is None else _detectable(sign * v.detectable),
+            _verdict_text(v),
         )
     return table
+
+
+def _detectable(signed: float) -> str:
+    return "none" if math.isinf(signed) else f"{signed:+.0%}"

@@ -18,14 +18,10 @@ def ratio(baseline: float, current: float) -> float:
     return current / baseline
 
 
-def bootstrap_ratio_ci(
-    baseline: Sequence[float],
-    current: Sequence[float],
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of median(current) / median(baseline), each side resampled
+def bootstrap_ratios(
+    baseline: Sequence[float], current: Sequence[float], resamples: int = 2000, seed: int = 0
+) -> np.ndarray:
+    """Bootstrap distribution of median(current) / median(baseline), each side resampled
     independently with replacement. Seeded so the same inputs always give the same verdict."""
     rng = np.random.default_rng(seed)
     b = np.asarray(baseline, dtype=float)
@@ -33,10 +29,57 @@ def bootstrap_ratio_ci(
     b_medians = np.median(rng.choice(b, size=(resamples, b.size)), axis=1)
     c_medians = np.median(rng.choice(c, size=(resamples, c.size)), axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = np.where(b_medians == 0, np.where(c_medians == 0, 1.0, np.inf), c_medians / b_medians)
+        return np.where(b_medians == 0, np.where(c_medians == 0, 1.0, np.inf), c_medians / b_medians)
+
+
+def bootstrap_ratio_ci(
+    baseline: Sequence[float],
+    current: Sequence[float],
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(current) / median(baseline)."""
     tail = (1 - confidence) / 2
-    low, high = np.quantile(ratios, [tail, 1 - tail])
+    low, high = np.quantile(bootstrap_ratios(baseline, current, resamples, seed), [tail, 1 - tail])
     return float(low), float(high)
+
+
+def detectable_worsening(
+    ratios: np.ndarray, point: float, threshold: float, higher_is_better: bool, power: float = 0.9
+) -> float:
+    """The smallest true worsening (a fraction, as the threshold) that the rule "the whole 95% interval
+    beyond the threshold" flags with probability `power`, at the noise these trials show.
+
+    Works in log ratios turned so that worse is positive. The interval's lower end sits a half-width w
+    below the observed value, and the observed value scatters around the truth with the bootstrap's
+    standard deviation s, so a true worsening x is flagged when x + N(0, s) - w > log-threshold:
+    x = log-threshold + w + z(power) * s. Infinite when the noise is unknown (a zero-width interval of
+    one repeated value is still known: no noise)."""
+    sign = -1.0 if higher_is_better else 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        worse = sign * np.log(ratios)
+        observed = sign * math.log(point) if point > 0 else math.inf
+    if not np.all(np.isfinite(worse)) or not math.isfinite(observed):
+        return math.inf
+    if higher_is_better and threshold >= 1:
+        return math.inf  # a throughput cannot fall by 100% or more
+    log_threshold = -math.log(1 - threshold) if higher_is_better else math.log(1 + threshold)
+    half_width = observed - float(np.quantile(worse, 0.025))
+    x = log_threshold + max(half_width, 0.0) + _normal_quantile(power) * float(worse.std())
+    return 1 - math.exp(-x) if higher_is_better else math.exp(x) - 1
+
+
+def _normal_quantile(p: float) -> float:
+    """Inverse of the standard normal CDF by bisection on erfc (only a handful of calls)."""
+    low, high = -10.0, 10.0
+    for _ in range(100):
+        mid = (low + high) / 2
+        if 0.5 * math.erfc(-mid / math.sqrt(2)) < p:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
 
 
 def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:

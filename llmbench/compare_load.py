@@ -1,0 +1,68 @@
+"""What `llmbench compare` reads: a run directory or a summary.json. A directory killed before it wrote
+summary.json is read as `llmbench report` reads it (metrics recomputed from requests.jsonl and steps.csv)
+and marked incomplete, like a summary that says complete: false."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from llmbench.results import load_steps
+from llmbench.step_stats import summarize_steps
+
+log = logging.getLogger(__name__)
+
+
+class CompareError(ValueError):
+    """Bad input to compare (missing file, unknown metric, bad threshold): exit code 2."""
+
+
+def load_summary(path: Path) -> dict:
+    """A run directory or its summary.json; `complete` is False for a run cut short."""
+    path = Path(path)
+    if path.is_dir() and not (path / "summary.json").is_file():
+        summary = _rebuilt(path)  # warns that the run is incomplete
+    else:
+        summary = _read(path / "summary.json" if path.is_dir() else path, path)
+        if not summary.get("complete", True):
+            log.warning("%s: incomplete run, judged on what it measured", path)
+    if path.is_dir():
+        _attach_trial_steps(summary, path)
+    return summary
+
+
+def _read(file: Path, path: Path) -> dict:
+    if not file.is_file():
+        raise CompareError(f"{path}: no such run directory or summary.json")
+    try:
+        summary = json.loads(file.read_text())
+    except json.JSONDecodeError as e:
+        raise CompareError(f"{file}: not valid JSON ({e.msg})") from None
+    if not isinstance(summary, dict) or not isinstance(summary.get("metrics"), dict):
+        raise CompareError(f"{file}: not an llmbench summary (no 'metrics')")
+    return summary
+
+
+def _rebuilt(run_dir: Path) -> dict:
+    from llmbench.report.load import ReportError, load_run
+
+    try:
+        return load_run(run_dir).summary
+    except ReportError as e:
+        raise CompareError(f"{run_dir}: no such run directory or summary.json ({e})") from None
+
+
+def _attach_trial_steps(summary: dict, run_dir: Path) -> None:
+    """Give each trial its own step summary from steps.csv, so steps.* metrics are judged against
+    trial noise too rather than as one point each."""
+    trials = summary.get("trials") or []
+    if len(trials) < 2 or any("steps" in trial for trial in trials) or not (run_dir / "steps.csv").is_file():
+        return
+    rows_by_trial: dict[int, list[dict]] = {}
+    for row in load_steps(run_dir):
+        rows_by_trial.setdefault(row["trial"], []).append(row)
+    if sorted(rows_by_trial) != list(range(len(trials))):
+        return
+    for k, trial in enumerate(trials):
+        trial["steps"] = summarize_steps(rows_by_trial[k])
