@@ -16,6 +16,9 @@ class BadRequest(ValueError):
 
 def completion_prompts(body: CompletionRequest, tokenizer: TextTokenizer) -> list[list[int]]:
     prompt = body.prompt
+    texts = [prompt] if isinstance(prompt, str) else [p for p in prompt if isinstance(p, str)]
+    if any(not text for text in texts):
+        raise BadRequest("prompt: empty prompt")  # not a lone BOS token: an empty prompt is a client bug
     if isinstance(prompt, str):
         prompts = [tokenizer.encode(prompt)]
     elif prompt and all(isinstance(p, int) for p in prompt):

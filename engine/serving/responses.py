@@ -76,10 +76,13 @@ async def event_stream(
     """SSE events from the first delta (already awaited, so a rejection could still be a 400) on."""
     head = shape.head(generation, chunk=True)
     started: set[int] = set()
+    # tokens whose text is held back (part of a character, maybe a stop string) ride on the next chunk
+    unsent: dict[int, list[int]] = {}
     item = first
     try:
         while item is not None:
             choice, text, token_ids = item
+            token_ids = unsent.pop(choice.index, []) + token_ids
             if text or choice.finish_reason is not None or (shape.chat and choice.index not in started):
                 body = shape.chunk_choice(choice, text, token_ids, choice.index not in started)
                 started.add(choice.index)
@@ -87,6 +90,8 @@ async def event_stream(
                 if choice.finish_reason is not None:
                     chunk["server_timestamps"] = choice.server_timestamps()
                 yield event(chunk)
+            else:
+                unsent[choice.index] = token_ids
             item = await anext(deltas, None)
         if include_usage:
             yield event({**head, "choices": [], "usage": generation.usage()})
