@@ -12,8 +12,12 @@ import functools
 import os
 
 import torch
-import triton
-import triton.language as tl
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # no Triton wheel for this platform: the torch backend runs, the kernels cannot
+    triton = None
 
 _enabled = True
 
@@ -34,16 +38,18 @@ def device_supports(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
-@triton.jit
-def wait_for_previous_kernel(PDL: tl.constexpr):
-    """Block until the previous kernel has finished and its writes are visible, then let the next kernel
-    be scheduled. The next one is released only once every program of this one has started, so its
-    waiting programs never take a slot this kernel needs, and only one kernel at a time waits ahead.
-    Call it before any early return: a program that skips it lets its kernel finish before the one
-    it depends on."""
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+if triton is not None:
+
+    @triton.jit
+    def wait_for_previous_kernel(PDL: tl.constexpr):
+        """Block until the previous kernel has finished and its writes are visible, then let the next
+        kernel be scheduled. The next one is released only once every program of this one has started,
+        so its waiting programs never take a slot this kernel needs, and only one kernel at a time waits
+        ahead. Call it before any early return: a program that skips it lets its kernel finish before
+        the one it depends on."""
+        if PDL:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
 
 
 def launch_args(device: torch.device) -> dict:
