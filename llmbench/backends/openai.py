@@ -55,11 +55,14 @@ class OpenAIBackend:
     def start(self, config: RunConfig) -> None:
         self.connect(config, config.backend.url)
 
-    def connect(self, config: RunConfig, url: str) -> None:
-        """Talk to the server at base URL `url` (ending in /v1) with the run's backend settings."""
+    def connect(self, config: RunConfig, url: str, token_ids: bool = False) -> None:
+        """Talk to the server at base URL `url` (ending in /v1) with the run's backend settings;
+        `token_ids`: ask for each chunk's token ids (`return_token_ids`, which ours and recent vLLM take)."""
         import httpx
 
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request would flood the console
         backend = config.backend
+        self._token_ids = token_ids
         self._url = url.rstrip("/")
         self._chat = backend.endpoint == "chat"
         self._ignore_eos = config.workload.ignore_eos
@@ -154,6 +157,8 @@ class OpenAIBackend:
         }
         if self._ignore_eos:  # vLLM's and SGLang's extension; OpenAI itself has no such parameter
             body["ignore_eos"] = True
+        if self._token_ids:
+            body["return_token_ids"] = True
         if self._chat:
             body["messages"] = [{"role": "user", "content": text}]
         else:

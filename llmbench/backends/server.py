@@ -55,8 +55,10 @@ class ServerBackend:
         try:
             self.url = f"http://127.0.0.1:{port}"  # GET /metrics, /health: the server's own endpoints
             self._wait_healthy(self.url, config.backend.startup_timeout_s, httpx)
-            served = dataclasses.replace(config.backend, model=None, api_key_env=None)
-            self._client.connect(dataclasses.replace(config, backend=served), f"{self.url}/v1")
+            ours = dataclasses.replace(
+                config, backend=dataclasses.replace(config.backend, model=None, api_key_env=None)
+            )
+            self._client.connect(ours, f"{self.url}/v1", token_ids=True)
         except BaseException:
             self._stop()
             raise

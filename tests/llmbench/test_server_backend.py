@@ -1,0 +1,116 @@
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from llmbench.backends import make_backend
+from llmbench.backends.server import free_port
+from llmbench.cli import app
+from llmbench.config import parse_config
+from llmbench.report.ttft_split import PARTS, request_split
+from llmbench.results import load_requests, load_summary
+from llmbench.runner import run_benchmark
+
+# the tiny model's real forward pass on the CPU, as `llmbench serve` runs it
+RUN = {
+    "name": "served",
+    "model": {"preset": "tiny", "device": "cpu", "dtype": "float32"},
+    "engine": {"max_num_seqs": 4},
+    "workload": {
+        "num_requests": 10,
+        "warmup_requests": 2,
+        "input": {"dist": "uniform", "min": 3, "max": 30},
+        "output": {"dist": "uniform", "min": 1, "max": 10},
+    },
+    "output": {"report": False, "save_tokens": True},
+}
+COUNTS = ("completed", "failed", "total_input_tokens", "total_output_tokens")
+
+
+def counts(run_dir):
+    metrics = load_summary(run_dir)["metrics"]
+    lengths = {r.id: r.output_len for r in load_requests(run_dir) if not r.warmup}
+    return {k: metrics[k] for k in COUNTS}, lengths
+
+
+@pytest.fixture(scope="module")
+def bundled(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("bundled") / "run"
+    run_benchmark(parse_config(RUN), run_dir)
+    return run_dir
+
+
+def group_gone(pid):
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_split_server_matches_bundled_and_leaves_no_process(tmp_path, bundled):
+    config = parse_config(RUN, ["backend.type=server", "engine.process_split=true"])
+    backend = make_backend(config)
+    pid = backend._process.pid
+    run_benchmark(config, tmp_path / "run", backend=backend, check=True)
+    assert counts(tmp_path / "run") == counts(bundled)
+    assert group_gone(pid)  # the server and its engine core
+    served = {r.id: r for r in load_requests(tmp_path / "run")}
+    local = {r.id: r for r in load_requests(bundled)}
+    # greedy on the same weights: the ids the chunks carried (return_token_ids) are the bundled run's,
+    # in order; a token whose text the detokenizer held back comes in no chunk and is counted from usage
+    for key, record in served.items():
+        shown = [t for t in record.output_token_ids if t != -1]
+        remaining = iter(local[key].output_token_ids)
+        assert shown and all(t in remaining for t in shown), key
+    for record in served.values():
+        split_ms = request_split(vars(record))
+        ttft_ms = (record.first_token_time - record.submit_time) * 1000
+        assert sum(split_ms[name] for name, *_ in PARTS) == pytest.approx(ttft_ms)
+        assert split_ms["queueing"] >= 0 and split_ms["prefill"] >= 0
+
+
+def test_cli_run_with_backend_server_in_process(tmp_path, bundled):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({**RUN, "backend": {"type": "server"}}))
+    args = ["run", str(path), "--out", str(tmp_path / "run"), "--set", "engine.process_split=false"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert counts(tmp_path / "run") == counts(bundled)
+
+
+def test_openai_backend_against_a_separate_llmbench_serve(tmp_path, bundled):
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(RUN))
+    port = free_port()
+    command = [sys.executable, "-m", "llmbench", "serve", str(path), "--port", str(port)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}/v1"
+        config = parse_config(RUN, ["backend.type=openai", f"backend.url={url}"])
+        run_benchmark(config, tmp_path / "run")
+    finally:
+        server.terminate()
+        server.wait(30)
+    assert counts(tmp_path / "run") == counts(bundled)
+
+
+def test_a_server_that_cannot_start_exits_2_with_its_reason(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({**RUN, "backend": {"type": "server"}, "model": {"preset": "nope"}}))
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: run.yaml: backend.type server: llmbench serve exited with code 2")
+    assert "nope" in result.stderr and len(result.stderr.strip().splitlines()) == 1
