@@ -35,7 +35,7 @@ KEYS = ("output_throughput", "mean_tpot_ms", "median_tpot_ms", "mean_itl_ms", "p
 class _MeteredServer(ServerBackend):
     """The server backend, reading the server's summed step GPU ms after the warm-up and before it stops."""
 
-    gpu_ms: list[float]
+    gpu_ms: list[float | None]
 
     def start(self, config) -> None:
         super().start(config)
@@ -51,10 +51,11 @@ class _MeteredServer(ServerBackend):
             self.gpu_ms.append(self._step_gpu_ms())
         super().close()
 
-    def _step_gpu_ms(self) -> float:
+    def _step_gpu_ms(self) -> float | None:
+        """None without GPU timing (the histogram has no series until a step observes GPU time)."""
         text = httpx.get(f"{self.url}/metrics", timeout=10.0).text
         match = re.search(r"^llmbench:step_gpu_ms_sum\{[^}]*\} (\S+)$", text, re.M)
-        return float(match.group(1)) if match else float("nan")
+        return float(match.group(1)) if match else None
 
 
 def _figures(summary: dict, gpu_ms: float | None) -> dict:
@@ -80,6 +81,7 @@ def main() -> None:
     # `timeout` ends the script with SIGTERM: as Ctrl-C, so the runs keep their results and the servers stop
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     work = args.out / "serving-runs"
     result = {"command": " ".join(["python", *sys.argv]), "config": CONFIG, "repeat": args.repeat}
     variants = {}
@@ -95,7 +97,8 @@ def main() -> None:
             backend.start(config)
         run_dir = work / re.sub(r"\W+", "-", name).strip("-")
         run = run_benchmark(config, run_dir, repeat=args.repeat, backend=backend)
-        gpu_ms = backend.gpu_ms[-1] - backend.gpu_ms[0] if backend and len(backend.gpu_ms) == 2 else None
+        marks = backend.gpu_ms if backend else []
+        gpu_ms = marks[1] - (marks[0] or 0.0) if len(marks) == 2 and marks[1] is not None else None
         variants[name] = {**_figures(run.summary, gpu_ms), "wall_s": time.perf_counter() - started}
         logging.info("%s: %s", name, variants[name])
     result["variants"] = variants
