@@ -1,4 +1,5 @@
-"""`llmbench report`: PNG figures and one self-contained report.html for one or several runs."""
+"""`llmbench report`: one self-contained report.html, and PNG figures for CI artifacts, for one or several
+runs, a study (ablation, sweep) or a directory of collected result files."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from llmbench.report import plots
-from llmbench.report.html import render_html
-from llmbench.report.load import ReportError, load_runs
+from llmbench.report.load import ReportError
+from llmbench.report.page import build_page
+from llmbench.report.sections import render_html
 
 __all__ = ["ReportError", "default_report_dir", "write_report"]
 
@@ -26,31 +28,34 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     """Draw the figures into out_dir and write out_dir/report.html; returns the HTML's path."""
     if not run_dirs:
         raise ReportError("give at least one run directory")
-    runs = load_runs([Path(p) for p in run_dirs])
+    page = build_page([Path(p) for p in run_dirs])
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    runs = [p.run for p in page.points if p.run is not None]
 
-    figures, notes = [], []
+    # PNGs for CI artifacts; those with an interactive chart on the page are files only
+    plots.latency_cdfs(runs, out_dir)
+    plots.over_time(runs, out_dir)
+    plots.headline_bars(runs, out_dir)
+    for group in page.groups:
+        plots.step_breakdown(group, out_dir)
+    for run in page.runs:
+        plots.ablation_waterfall(run, out_dir)
+        plots.sweep_curve(run, out_dir)
 
-    def add(path: Path | None, caption: str, missing: str | None = None) -> None:
+    def embed(path: Path | None, caption: str) -> None:
         if path is not None:
-            figures.append((path, caption))
-        elif missing:
-            notes.append(missing)
+            page.figures.append((path, caption))
 
-    add(plots.headline_bars(runs, out_dir), "Headline metrics, run by run")
-    add(plots.latency_cdfs(runs, out_dir), "Latency CDFs", "No completed requests: no latency CDFs.")
-    add(plots.over_time(runs, out_dir), "Throughput, queue and KV cache over time")
-    add(plots.step_timeline(runs, out_dir), "Per-step host phases vs GPU time", "No step log (steps.csv).")
-    no_gpu = "No GPU timing in these runs (CPU run or step timing off): GPU busy is not shown."
-    busy = "GPU busy (step spans) over time; kernel-level busy is in a profile's kernel_busy_fraction"
-    add(plots.gpu_busy(runs, out_dir), busy, no_gpu)
-    add(plots.utilization(runs, out_dir), "MBU and MFU per step", "No MBU/MFU columns in the step log.")
-    for run in runs:
-        add(plots.ablation_waterfall(run, out_dir), f"Ablation waterfall: {run.label}")
-        add(plots.sweep_curve(run, out_dir), f"Rate sweep: {run.label}")
+    # step by step for the runs given; a study's variants have their own run directories
+    runs = [p.run for g in page.groups if g.kind == "runs" for p in g.points if p.run is not None]
+    embed(plots.step_timeline(runs, out_dir), "Host phases per step against GPU time, step by step")
+    embed(
+        plots.gpu_busy(runs, out_dir), "GPU busy (step spans) over time; kernel busy (nsys) is in a profile"
+    )
+    embed(plots.utilization(runs, out_dir), "MBU and MFU per step")
 
     report = out_dir / "report.html"
-    report.write_text(render_html(runs, figures, notes), encoding="utf-8")
+    report.write_text(render_html(page), encoding="utf-8")
     log.debug("report written to %s", report)
     return report

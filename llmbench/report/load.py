@@ -63,7 +63,7 @@ def load_run(path: Path) -> RunData:
     path = Path(path)
     if not path.is_dir():
         raise ReportError(f"{path}: not a run directory")
-    summary = _read_json(path / "summary.json")
+    summary = read_json(path / "summary.json")
     requests = _read_requests(path / "requests.jsonl")
     if summary is None and requests is None:
         raise ReportError(f"{path}: neither summary.json nor requests.jsonl found")
@@ -84,8 +84,8 @@ def load_run(path: Path) -> RunData:
         complete=complete,
         requests=measured,
         steps=steps,
-        ablation=_read_json(path / "ablation.json"),
-        sweep=_read_json(path / "sweep.json"),
+        ablation=read_json(path / "ablation.json"),
+        sweep=read_json(path / "sweep.json"),
         samples=samples,
         token_times=token_times,
     )
@@ -100,7 +100,7 @@ def load_runs(paths: list[Path]) -> list[RunData]:
     return runs
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:

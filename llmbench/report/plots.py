@@ -4,6 +4,7 @@ None when the runs lack the data (CPU runs have no GPU timing, single runs have 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from llmbench.report.load import RunData
+from llmbench.report.page import Group
+from llmbench.report.step_parts import GPU, HOST, OTHER, segments
 from llmbench.step_stats import STEP_PHASES, WAIT_PHASE
 
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
@@ -230,3 +233,30 @@ def headline_bars(runs: list[RunData], out_dir: Path) -> Path | None:
         ax.set_title(label)
         ax.grid(alpha=0.3, axis="y")
     return _save(fig, out_dir / "runs_side_by_side.png")
+
+
+def step_breakdown(group: Group, out_dir: Path) -> Path | None:
+    """Where each step's time goes, one stacked host bar (and GPU bar, when timed) per point."""
+    points = [(p.label, s) for p in group.points if (s := segments(p.steps)) is not None]
+    if not points:
+        return None
+    gpu = any("gpu_work" in s for _, s in points)
+    fig = Figure(figsize=(11, 1.2 + 0.55 * len(points) * (2 if gpu else 1)), layout="constrained")
+    ax = fig.subplots()
+    rows = [(f"{label} host", s, (*HOST, OTHER)) for label, s in points]
+    if gpu:
+        gpu_rows = [(f"{label} GPU", s, GPU) for label, s in points]
+        rows = [r for pair in zip(rows, gpu_rows, strict=True) for r in pair]
+    for y, (_, parts, keys) in enumerate(rows):
+        left = 0.0
+        for key, name, colour in keys:
+            ax.barh(y, parts.get(key, 0.0), left=left, color=colour, label=name)
+            left += parts.get(key, 0.0)
+    ax.set_yticks(range(len(rows)), [_plain(r[0]) for r in rows])
+    ax.invert_yaxis()
+    handles, names = ax.get_legend_handles_labels()
+    unique = dict(zip(names, handles, strict=True))
+    ax.legend(unique.values(), unique.keys(), fontsize="small", ncols=4, loc="lower right")
+    ax.set(title=f"{_plain(group.title)}: where each step's time goes", xlabel="ms per engine step")
+    ax.grid(alpha=0.3, axis="x")
+    return _save(fig, out_dir / f"step_breakdown_{re.sub(r'[^a-z0-9_.-]+', '_', group.title.lower())}.png")

@@ -1,7 +1,7 @@
 import base64
-import io
 import json
 import re
+from pathlib import Path
 
 import matplotlib.image
 import pytest
@@ -9,7 +9,8 @@ import yaml
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from llmbench.report import ReportError, default_report_dir, write_report
+from llmbench.report import ReportError, default_report_dir, sections, write_report
+from llmbench.report.format import number
 from llmbench.report.load import load_run
 from llmbench.report.plots import _waterfall_bottoms
 from tests.llmbench.conftest import NULL_RUN
@@ -32,50 +33,126 @@ def cpu_report(tmp_path_factory):
     return run, write_report([run], run).read_text()
 
 
-def test_cpu_run_report_embeds_every_png_it_wrote(cpu_report):
+def visible(html: str) -> str:
+    """The page without its scripts and chart data: what the reader sees as text."""
+    return re.sub(r"<script.*?</script>", "", html, flags=re.S)
+
+
+def chart_specs(html: str) -> list[dict]:
+    return [
+        json.loads(s)
+        for s in re.findall(r'<script type="application/json" class="chart-spec"[^>]*>(.*?)</script>', html)
+    ]
+
+
+def test_cpu_run_report_writes_pngs_and_embeds_those_without_a_chart(cpu_report):
     run, html = cpu_report
     pngs = sorted(p.name for p in run.glob("*.png"))
-    assert pngs == ["latency_cdf.png", "over_time.png", "step_timeline.png"]
-    images = embedded_images(html)
-    assert sorted(images) == sorted((run / name).read_bytes() for name in pngs)
-    for image in images:
-        height, width, _ = matplotlib.image.imread(io.BytesIO(image), format="png").shape
-        assert width > 500 and height > 300
-    assert "No GPU timing" in html
+    assert pngs == ["latency_cdf.png", "over_time.png", "step_breakdown_run.png", "step_timeline.png"]
+    assert embedded_images(html) == [(run / "step_timeline.png").read_bytes()]
+    for name in pngs:
+        height, width, _ = matplotlib.image.imread(run / name).shape
+        assert width > 500 and height > 150
 
 
 def test_report_is_self_contained(cpu_report):
     html = cpu_report[1]
-    text = EMBEDDED.sub("", html).lower()
-    assert "<script" not in text and "<link" not in text and "<iframe" not in text
-    assert "//" not in text and "url(" not in text and "@import" not in text
+    assert re.findall(r"<script[^>]*\ssrc=", html) == [] and "<link" not in html and "<iframe" not in html
+    assert "@import" not in html and "url(" not in visible(html) and "href=" not in html
     assert all(src.startswith("data:image/png;base64,") for src in re.findall(r'src="([^"]*)"', html))
+    assert "Chart.js v4.6.1" in html  # the vendored library, inline
+    assert len(chart_specs(html)) == 8  # breakdown, four CDFs, throughput, queue, KV blocks
 
 
-def test_summary_table_shows_headline_metrics_and_environment(cpu_report):
+def test_header_says_what_ran(cpu_report):
+    html = visible(cpu_report[1])
+    for text in ("Device", "SLOs", "llmbench", "Software"):
+        assert f'<td class="text">{text}</td>' in html
+    assert "test cpu" in html and "Model" not in html  # the synthetic run's config names no model
+    assert "TTFT ≤ 45.0 ms" in html
+
+
+def test_headline_figures_have_friendly_labels_units_and_definitions(cpu_report):
     run, html = cpu_report
     summary = json.loads((run / "summary.json").read_text())
-    assert "output tokens/s" in html and "mean TPOT (ms)" in html and "steps: mean_cpu_ms_per_step" in html
-    assert f"{summary['metrics']['output_throughput']:,.1f}" in html
-    assert f"<td>{summary['metrics']['completed']:,.0f}</td>" in html
-    assert "test cpu" in html
-    assert "INCOMPLETE" not in html
+    metrics = summary["metrics"]
+    page = visible(html)
+    assert page.index("Headline figures") < page.index("Step time breakdown") < page.index("Latency")
+    assert f'{number(metrics["output_throughput"])} <span class="unit">tok/s</span>' in page
+    assert 'title="output tokens of the timed requests / duration"' in page
+    assert "Goodput" in page and "SLOs: TTFT ≤ 45.0 ms" in page
+    for label in ("TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p50", "ITL p99"):
+        assert f">{label}</div>" in page
+    # no raw key names and no mixed formats on the page
+    assert "mean_cpu_ms_per_forward" not in page and "steps:" not in page and "output_throughput" not in page
+    assert str(metrics["output_throughput"]) not in page
+
+
+def test_cpu_run_says_once_that_gpu_figures_need_cuda(cpu_report):
+    page = visible(cpu_report[1])
+    assert page.count("CUDA device") == 1
+    assert "GPU busy (step spans)</div>" not in page and "GPU work" not in page and "n/a" not in page
+    assert "INCOMPLETE" not in page
+
+
+def test_step_breakdown_chart_stacks_host_phases(cpu_report):
+    run, html = cpu_report
+    steps = json.loads((run / "summary.json").read_text())["steps"]
+    spec = chart_specs(html)[0]
+    assert spec["stacked"] and spec["labels"] == ["<b>bold$name</b>"]
+    data = {d["label"]: d["data"][0] for d in spec["datasets"]}
+    assert data["schedule"] == pytest.approx(steps["mean_schedule_ms"])
+    assert data["readback wait"] == pytest.approx(steps["mean_wait_ms"])
+    assert "GPU work" not in data and "IPC" not in data  # no GPU timing, no time in IPC
+
+
+def test_every_configured_percentile_is_shown(tmp_path):
+    run = make_run_dir(tmp_path / "run")
+    summary = json.loads((run / "summary.json").read_text())
+    summary["metrics"]["p99.9_ttft_ms"] = 47.654321
+    (run / "summary.json").write_text(json.dumps(summary))
+    page = visible(write_report([run], run).read_text())
+    header = "<th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th>"
+    assert header in page and "<td>47.7</td>" in page
+
+
+def test_number_format_is_one_format():
+    assert [number(v) for v in (2979.73, 2143.4, 0.007121, 12.345, 1.234, 0, 5, 123456)] == [
+        "2,980",
+        "2,143",
+        "0.00712",
+        "12.3",
+        "1.23",
+        "0",
+        "5",
+        "123,456",
+    ]
+    assert number(None) == "n/a" and number(0.9962, "%") == "99.6%" and number(3e-6) == "<0.0001"
 
 
 def test_user_text_is_escaped(cpu_report):
     html = cpu_report[1]
-    assert "&lt;script&gt;alert(&#x27;owned&#x27;)&lt;/script&gt; &amp; more" in html
-    assert "&lt;b&gt;bold$name&lt;/b&gt;" in html
-    assert "<script" not in html and "<b>" not in html
-    assert "outside the vocabulary" in html  # the failed request's error is listed
+    page = visible(html)
+    assert "&lt;script&gt;alert(&#x27;owned&#x27;)&lt;/script&gt; &amp; more" in page
+    assert "&lt;b&gt;bold$name&lt;/b&gt;" in page
+    assert "<script>alert" not in html and "<b>" not in html
+    assert "\\u003cb>bold$name\\u003c/b>" in html  # in chart data no `<` can close the script
+    assert "outside the vocabulary" in page  # the failed request's error is listed
 
 
-def test_gpu_run_adds_gpu_busy_plot(tmp_path):
+@pytest.mark.parametrize("key", ["gpu_busy_step_spans", "gpu_busy_fraction"])
+def test_gpu_run_shows_gpu_busy_under_the_new_key_or_the_old(tmp_path, key):
     run = make_run_dir(tmp_path / "run", gpu=True)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["steps"].pop("gpu_busy_fraction", None)
+    summary["steps"].update({key: 0.875, "gpu_idle_ms": 12.0})
+    (run / "summary.json").write_text(json.dumps(summary))
     html = write_report([run], run).read_text()
-    assert (run / "gpu_busy.png").is_file()
-    assert "No GPU timing" not in html
-    assert "mean_gpu_ms" in html
+    page = visible(html)
+    assert "GPU busy (step spans)</div>" in page and "87.5%" in page and "CUDA device" not in page
+    data = {d["label"]: d for d in chart_specs(html)[0]["datasets"]}
+    assert data["GPU work"]["data"] == [pytest.approx(7.5)] and data["GPU work"]["stack"] == "GPU"
+    assert data["GPU idle"]["data"] == [pytest.approx(12.0 / summary["steps"]["num_steps"])]
 
 
 def test_incomplete_run_is_recomputed_from_requests(tmp_path):
@@ -112,23 +189,103 @@ def test_latency_samples_match_the_summary(tmp_path):
     assert run.samples["e2el"].max() == pytest.approx(run.metrics["max_e2el_ms"])
 
 
-def test_several_runs_get_side_by_side_bars_and_unique_labels(tmp_path):
+def test_several_runs_get_one_row_each_and_unique_labels(tmp_path):
     a = make_run_dir(tmp_path / "a", name="same")
     b = make_run_dir(tmp_path / "b", name="same", slowdown=1.3, gpu=True)
     out = tmp_path / "both"
     html = write_report([a, b], out).read_text()
-    assert (out / "runs_side_by_side.png").is_file() and (out / "gpu_busy.png").is_file()
-    assert "same (a)" in html and "same (b)" in html
-    assert len(embedded_images(html)) == len(list(out.glob("*.png"))) == 5
+    assert (out / "runs_side_by_side.png").is_file()
+    page = visible(html)
+    assert "same (a)" in page and "same (b)" in page and page.count("<td>same (a)</td>") >= 2
+    assert chart_specs(html)[0]["labels"] == ["same (a)", "same (b)"]
     assert not (a / "report.html").exists()
+
+
+def study_dir(root: Path, kind: str, labels: list[str]) -> Path:
+    """An ablation or sweep directory as the CLI writes it: one run directory per variant or rate."""
+    root.mkdir()
+    entries = []
+    for i, label in enumerate(labels):
+        run_dir = make_run_dir(root / f"{i:02d}-{label}", name="study", seed=i, slowdown=1 + i / 4)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        entry = {"run_dir": run_dir.name, "metrics": summary["metrics"], "steps": summary["steps"]}
+        if kind == "ablation":
+            entry.update(name=label, toggles={"chunked_prefill": i > 0, "prefix_caching": i > 1})
+        else:
+            entry.update(rate=float(label), label=label)
+        entries.append(entry)
+    (root / "summary.json").write_text((root / entries[-1]["run_dir"] / "summary.json").read_text())
+    key = "variants" if kind == "ablation" else "points"
+    (root / f"{kind}.json").write_text(json.dumps({"command": f"llmbench {kind}", key: entries}))
+    return root
+
+
+def test_ablation_page_is_built_from_its_variants(tmp_path):
+    root = study_dir(tmp_path / "ablation", "ablation", ["all off", "+chunked_prefill", "+prefix_caching"])
+    html = write_report([root], root).read_text()
+    page = visible(html)
+    assert "No completed requests" not in page and "No step log" not in page
+    labels = ["all off", "+chunked_prefill", "+prefix_caching"]
+    breakdown, throughput = chart_specs(html)[:2]
+    assert breakdown["labels"] == labels and throughput["labels"] == labels
+    variants = json.loads((root / "ablation.json").read_text())["variants"]
+    assert throughput["datasets"][0]["data"] == [v["metrics"]["output_throughput"] for v in variants]
+    assert '<td class="text">chunked_prefill</td>' in page  # what the variant switched on
+    headline = page[page.index("Headline figures") : page.index("Step time breakdown")]
+    assert headline.count("<tr>") == 4 and headline.count("<th>") <= 12  # one row per variant, not 21 columns
+    assert (root / "step_breakdown_ablation_of_study.png").is_file()
+
+
+def test_ablation_trials_show_their_spread(tmp_path):
+    root = study_dir(tmp_path / "ablation", "ablation", ["all off", "+chunked_prefill"])
+    data = json.loads((root / "ablation.json").read_text())
+    for variant in data["variants"]:
+        base = variant["metrics"]["output_throughput"]
+        variant["trials"] = [{"metrics": {"output_throughput": base * f}} for f in (0.9, 1.0, 1.2)]
+    (root / "ablation.json").write_text(json.dumps(data))
+    page = visible(write_report([root], root).read_text())
+    low, high = (number(data["variants"][0]["metrics"]["output_throughput"] * f) for f in (0.9, 1.2))
+    assert f"{low}–{high} over 3 trials" in page and "medians over trials" in page
+
+
+def test_sweep_page_is_built_from_its_rates(tmp_path):
+    root = study_dir(tmp_path / "sweep", "sweep", ["10", "40"])
+    html = write_report([root], root).read_text()
+    page = visible(html)
+    assert "10 req/s" in page and "40 req/s" in page and "offered rates 10 req/s, 40 req/s" in page
+    ttft = next(s for s in chart_specs(html) if s.get("title") == "TTFT as the load rises")
+    assert [p["note"] for p in ttft["datasets"][0]["data"]] == ["10 req/s", "40 req/s"]
+
+
+def test_committed_h200_results_render_as_what_they_are(tmp_path):
+    html = write_report([Path("results/h200")], tmp_path).read_text()
+    page = visible(html)
+    assert "llmbench report: h200 (result files)" in page
+    for title in ("Ablation: ablation.json", "Ablation: ablation_slower_host.json", "Runs"):
+        assert f"<h3>{title}</h3>" in page
+    ablation = json.loads(Path("results/h200/ablation.json").read_text())
+    all_on = ablation["variants"][-1]
+    assert number(all_on["metrics"]["output_throughput"]) in page
+    assert number(all_on["steps"]["gpu_busy_fraction"], "%") in page  # old key, read as step-span busy
+    assert "GPU kernel busy: 98.2%" in page  # the nsys profile, as its own section
+    assert "Batch-1 decode: decode_bs1.json" in page and "Kernel timings: kernels.json" in page
+    assert "NVIDIA H200" in page and "CUDA device" not in page
+
+
+def test_a_section_is_one_function_in_the_list(tmp_path, monkeypatch):
+    run = make_run_dir(tmp_path / "run")
+    extra = lambda page: f"<h2>Extra for {len(page.points)} point</h2>"
+    monkeypatch.setattr(sections, "SECTIONS", (*sections.SECTIONS[:3], extra, *sections.SECTIONS[3:]))
+    page = visible(write_report([run], run).read_text())
+    assert page.index("Step time breakdown") < page.index("Extra for 1 point") < page.index("Latency")
 
 
 def test_ablation_waterfall(tmp_path):
     run = make_run_dir(tmp_path / "run")
     write_ablation(run, {"all off": 100.0, "chunked_prefill": 130.0, "async_output": 125.0, "all on": 160.0})
     html = write_report([run], run).read_text()
-    assert (run / "ablation_synthetic.png").is_file()
-    assert "Ablation waterfall: synthetic" in html and "async_output" in html
+    assert (run / "ablation_synthetic.png").is_file()  # a CI artifact; the page draws its own bars
+    assert "Ablation of synthetic: output throughput by variant" in html and "async_output" in html
 
     variants = json.loads((run / "ablation.json").read_text())["variants"]
     values = [v["metrics"]["output_throughput"] for v in variants]
@@ -180,7 +337,7 @@ def test_run_writes_the_report_unless_told_not_to(tmp_path, flags, reported):
     assert (out / "summary.json").is_file()
     assert (out / "report.html").is_file() == reported
     if reported:
-        assert len(embedded_images((out / "report.html").read_text())) == 3
+        assert len(embedded_images((out / "report.html").read_text())) == 1
 
 
 def test_dataset_prompts_reach_the_report_as_text(sharegpt, tmp_path):
@@ -212,4 +369,4 @@ def test_dataset_prompts_reach_the_report_as_text(sharegpt, tmp_path):
     assert {r["prompt"] for r in records} == {hostile, "tell me a story about a cat"}
     html = write_report([run_dir], run_dir).read_text()
     assert "&lt;script&gt;alert(1)&lt;/script&gt; what is the capital" in html
-    assert "<script>" not in html
+    assert "<script>alert" not in html

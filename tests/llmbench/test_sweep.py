@@ -66,7 +66,7 @@ def test_sweep_report_has_the_curve_and_the_table(null_config_file, tmp_path):
     )
     assert result.exit_code == 0, result.output
     html = (out / "report.html").read_text()
-    assert "Rate sweep" in html and "<td>inf</td>" in html
+    assert "Sweep of" in html and "<td>inf req/s</td>" in html
     assert any(path.name.startswith("sweep_") for path in out.glob("*.png"))
 
 

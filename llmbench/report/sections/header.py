@@ -1,0 +1,189 @@
+"""What ran: model, device, workload, arrival, SLOs, engine toggles, llmbench version and commit, one
+column per run (or run summary file), read from summary.json's `config` and `environment`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmbench.ablate import TOGGLES
+from llmbench.report.format import number
+from llmbench.report.html import esc, note, table
+from llmbench.report.page import Page
+
+# keys the environment has carried under more than one name
+VERSION_KEYS = ("llmbench_version", "llmbench")
+COMMIT_KEYS = ("git_commit", "commit")
+THREAD_KEYS = ("torch_threads", "torch_num_threads", "num_threads")
+
+
+def _first(env: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    return next((env[k] for k in keys if env.get(k) is not None), None)
+
+
+def _model(config: dict[str, Any]) -> str:
+    model = config.get("model") or {}
+    name = model.get("path") or model.get("preset") or "?"
+    executor = " (null executor: no model forward)" if model.get("executor") == "null" else ""
+    return f"{name}, {model.get('dtype', 'auto')}{executor}"
+
+
+def _device(config: dict[str, Any], env: dict[str, Any]) -> str:
+    device = (config.get("model") or {}).get("device") or "?"
+    if env.get("gpu"):
+        return f"{device}: {env['gpu']}" + (
+            f" ({env['gpu_memory_gb']:.0f} GB)" if env.get("gpu_memory_gb") else ""
+        )
+    cores = f", {env['cpu_cores']} cores" if env.get("cpu_cores") else ""
+    return f"{device}: {env.get('cpu') or 'CPU'}{cores}"
+
+
+def _lengths(section: dict[str, Any]) -> str:
+    dist = section.get("dist", "?")
+    if dist == "fixed":
+        return f"{section.get('mean')}"
+    if dist == "uniform":
+        return f"{section.get('min')}–{section.get('max')}"
+    return f"{dist} mean {section.get('mean')}"
+
+
+def _workload(config: dict[str, Any]) -> str:
+    w = config.get("workload") or {}
+    parts = [f"{w.get('num_requests', '?')} requests (+{w.get('warmup_requests', 0)} warm-up)"]
+    dataset = w.get("dataset") or {}
+    if dataset.get("type") == "sharegpt":
+        parts.append(f"ShareGPT {dataset.get('path')}")
+    else:
+        parts.append(
+            f"input {_lengths(w.get('input') or {})} tokens, output {_lengths(w.get('output') or {})}"
+        )
+    prefix = w.get("prefix") or {}
+    if prefix.get("groups"):
+        parts.append(f"{prefix['groups']} shared prefixes of {prefix.get('prefix_len')} tokens")
+    if w.get("max_concurrency"):
+        parts.append(f"at most {w['max_concurrency']} in flight")
+    return "; ".join(parts)
+
+
+def _arrival(config: dict[str, Any]) -> str:
+    arrival = (config.get("workload") or {}).get("arrival") or {}
+    process = arrival.get("process", "?")
+    if process == "inf":
+        return "all at once (rate inf)"
+    burst = f", burstiness {arrival.get('burstiness')}" if process == "gamma" else ""
+    return f"{process}, {number(arrival.get('rate'))} req/s{burst}"
+
+
+def slo_text(config: dict[str, Any]) -> str:
+    slo = config.get("slo") or {}
+    limits = [f"{name.split('_')[0].upper()} ≤ {number(slo[name])} ms" for name in slo if slo.get(name)]
+    return ", ".join(limits) if limits else "none (goodput not computed)"
+
+
+def _toggles(config: dict[str, Any]) -> str:
+    engine = config.get("engine") or {}
+    # True == 1 in Python: off means the toggle's own off value, of its own type
+    off = [
+        k for k, v in engine.items() if k in TOGGLES and type(v) is type(TOGGLES[k][0]) and v == TOGGLES[k][0]
+    ]
+    on = [k if v is True else f"{k}={v}" for k, v in engine.items() if k in TOGGLES and k not in off]
+    text = "on: " + (", ".join(on) or "none") + "; off: " + (", ".join(off) or "none")
+    return text + (f"; attention {engine['attention_backend']}" if engine.get("attention_backend") else "")
+
+
+def _version(env: dict[str, Any]) -> str:
+    version, commit = _first(env, VERSION_KEYS), _first(env, COMMIT_KEYS)
+    if version is None and commit is None:
+        return "not recorded"
+    return " ".join(str(x) for x in (version, f"commit {commit}" if commit else None) if x)
+
+
+def _software(env: dict[str, Any]) -> str:
+    threads = _first(env, THREAD_KEYS)
+    parts = [f"{name} {env[name]}" for name in ("python", "torch", "triton", "cuda") if env.get(name)]
+    return ", ".join(parts) + (f"; torch threads {threads}" if threads is not None else "")
+
+
+ROWS = (  # (label, cell from config and environment, the config section it needs)
+    ("Model", lambda c, e: _model(c), "model"),
+    ("Device", _device, None),
+    ("Backend", lambda c, e: (c.get("backend") or {}).get("type", "bundled"), "backend"),
+    ("Workload", lambda c, e: _workload(c), "workload"),
+    ("Arrival", lambda c, e: _arrival(c), "workload"),
+    ("SLOs", lambda c, e: slo_text(c), None),
+    ("Engine toggles", lambda c, e: _toggles(c), "engine"),
+    ("llmbench", lambda c, e: _version(e), None),
+    ("Software", lambda c, e: _software(e), None),
+)
+
+
+def sources(page: Page) -> list[tuple[str, dict[str, Any]]]:
+    """(label, summary) of every run the page shows, for its header."""
+    runs = [(run.label, run.summary) for run in page.runs]
+    return runs + [(f.name, f.data) for f in page.files if f.kind == "run"]
+
+
+def _study_lines(page: Page) -> list[str]:
+    lines = []
+    for group in page.groups:
+        if group.kind == "ablation":
+            order = ", ".join(group.data.get("order") or [])
+            lines.append(
+                f"{group.title}: {len(group.points)} variants, toggles switched on in turn: {order}."
+            )
+        elif group.kind == "sweep":
+            rates = ", ".join(p.label for p in group.points)
+            lines.append(f"{group.title}: the same workload at offered rates {rates}.")
+        if group.data.get("command"):
+            lines.append(f"Command: {group.data['command']}")
+    return lines
+
+
+def _arrival_text(page: Page, config: dict[str, Any]) -> str:
+    """A sweep's own directory holds its last rate's config: name every offered rate instead."""
+    sweeps = [g for g in page.groups if g.kind == "sweep"]
+    if not sweeps:
+        return _arrival(config)
+    process = ((config.get("workload") or {}).get("arrival") or {}).get("process", "poisson")
+    rates = ", ".join(p.label for p in sweeps[0].points)
+    return f"{process if process != 'inf' else 'poisson'} at each offered rate: {rates}"
+
+
+def render(page: Page) -> str:
+    parts = [f"<h1>{esc(page.title)}</h1>"]
+    if any(not run.complete for run in page.runs):
+        parts.append(
+            '<p><span class="incomplete">INCOMPLETE</span> a run did not finish: its metrics are '
+            "recomputed from the requests that completed before it stopped.</p>"
+        )
+    parts += [f"<p>{esc(line)}</p>" for line in _study_lines(page)]
+    columns = sources(page)
+    if columns:
+        rows = []
+        for name, cell, section in ROWS:
+            cells = [cell(s.get("config") or {}, s.get("environment") or {}) for _, s in columns]
+            if name == "Arrival":
+                cells = [_arrival_text(page, s.get("config") or {}) for _, s in columns]
+            present = [section in (s.get("config") or {}) for _, s in columns]
+            if section is None or any(present):  # a config without the section says nothing about it
+                rows.append(
+                    [esc(name)]
+                    + [
+                        esc(c) if p or section is None else "not recorded"
+                        for c, p in zip(cells, present, strict=True)
+                    ]
+                )
+        rows.append(["Started"] + [esc(s.get("started_at", "n/a")) for _, s in columns])
+        header = ["", *(esc(label) for label, _ in columns)] if len(columns) > 1 else ["", ""]
+        parts.append(table(header, rows, tuple(range(len(columns) + 1)), css="header-table"))
+    if page.points and not any(_has_gpu(p.steps) for p in page.points):
+        parts.append(
+            note(
+                "No GPU timing here (CPU device or null executor): GPU busy, GPU idle, MBU and MFU "
+                "need a run on a CUDA device, so they are left out."
+            )
+        )
+    return "\n".join(parts)
+
+
+def _has_gpu(steps: dict[str, Any]) -> bool:
+    return steps.get("mean_gpu_ms") is not None

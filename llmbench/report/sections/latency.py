@@ -1,0 +1,85 @@
+"""Latency at every configured percentile (whatever p-keys the summaries carry, p99.9 included) and
+interactive distributions (CDFs) of TTFT, TPOT, ITL and E2EL for the points with request rows."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from llmbench.report.charts import line_chart, xy
+from llmbench.report.format import LATENCY, number
+from llmbench.report.html import esc, table
+from llmbench.report.page import Page, Point
+
+_PERCENTILE = re.compile(r"^p([0-9.]+)_(ttft|tpot|itl|e2el)_ms$")
+
+
+def percentiles(points: list[Point]) -> list[str]:
+    """Every percentile any point's metrics hold, in order, as the key infix (`50`, `99.9`)."""
+    found = {m.group(1) for p in points for k in p.metrics if (m := _PERCENTILE.match(k))}
+    return sorted(found, key=float)
+
+
+def _columns(points: list[Point]) -> list[tuple[str, str]]:
+    """(metrics key prefix, heading): mean, every percentile, max."""
+    return [("mean", "mean"), *((f"p{q}", f"p{q}") for q in percentiles(points)), ("max", "max")]
+
+
+def _single(point: Point) -> str:
+    columns = _columns([point])
+    rows = [
+        [f'<span title="{esc(definition)}">{esc(label)} (ms)</span>']
+        + [number(point.metrics.get(f"{prefix}_{name}_ms")) for prefix, _ in columns]
+        for name, (label, definition) in LATENCY.items()
+    ]
+    return table(["", *(esc(h) for _, h in columns)], rows)
+
+
+def _per_metric(points: list[Point]) -> str:
+    columns = _columns(points)
+    parts = []
+    for name, (label, definition) in LATENCY.items():
+        rows = [
+            [esc(p.label)] + [number(p.metrics.get(f"{prefix}_{name}_ms")) for prefix, _ in columns]
+            for p in points
+        ]
+        parts.append(
+            f'<h4 title="{esc(definition)}">{esc(label)} (ms)</h4>'
+            + table(["", *(esc(h) for _, h in columns)], rows)
+        )
+    return "".join(parts)
+
+
+def _cdfs(points: list[Point]) -> str:
+    with_samples = [p for p in points if p.run is not None and any(p.run.samples[k].size for k in LATENCY)]
+    if not with_samples:
+        return ""
+    charts = []
+    for name, (label, _) in LATENCY.items():
+        datasets = []
+        for point in with_samples:
+            values = np.sort(point.run.samples[name])
+            if values.size:
+                share = 100 * np.arange(1, values.size + 1) / values.size
+                datasets.append({"label": point.label, "data": xy(values, share)})
+        if datasets:
+            x = {"title": f"{label} (ms)", "unit": "ms"}
+            y = {"title": "% of samples at or below", "min": 0, "max": 100}
+            charts.append(line_chart(f"{label} distribution (CDF)", x, y, datasets, "%"))
+    return '<div class="charts2">' + "".join(charts) + "</div>"
+
+
+def render(page: Page) -> str:
+    parts = []
+    for group in page.groups:
+        points = [p for p in group.points if any(k.endswith("_ms") for k in p.metrics)]
+        if not points:
+            continue
+        if len(page.groups) > 1:
+            parts.append(f"<h3>{esc(group.title)}</h3>")
+        parts.append(_single(points[0]) if len(points) == 1 else _per_metric(points))
+        parts.append(_cdfs(points))
+    if not parts:
+        return ""
+    return "<h2>Latency</h2>\n" + "\n".join(parts)

@@ -1,0 +1,29 @@
+"""A step's time in parts, from summary.json's `steps`: the host's phases per step and, with GPU timing,
+the GPU's work and idle time per step. Shared by the breakdown section and its PNG."""
+
+from __future__ import annotations
+
+from typing import Any
+
+HOST = (  # (steps key, label, colour): CPU phases in blues, the wait in grey
+    ("mean_schedule_ms", "schedule", "#0072B2"),
+    ("mean_prepare_ms", "prepare (inputs + launch)", "#56B4E9"),
+    ("mean_output_ms", "output", "#009E73"),
+    ("mean_ipc_ms", "IPC", "#CC79A7"),
+    ("mean_wait_ms", "readback wait", "#999999"),
+)
+OTHER = ("other", "rest of the step", "#DDDDDD")
+IN_STEP = ("mean_schedule_ms", "mean_prepare_ms", "mean_output_ms", "mean_wait_ms")
+GPU = (("gpu_work", "GPU work", "#E69F00"), ("gpu_idle", "GPU idle", "#D55E00"))
+
+
+def segments(steps: dict[str, Any]) -> dict[str, float] | None:
+    """ms per step of each part; None without a step log. `other` is step time in no timed phase."""
+    if not steps.get("num_steps") or steps.get("mean_step_ms") is None:
+        return None
+    parts = {key: float(steps.get(key) or 0.0) for key, _, _ in HOST}
+    parts["other"] = max(0.0, steps["mean_step_ms"] - sum(parts[k] for k in IN_STEP))
+    if steps.get("mean_gpu_ms") is not None:
+        parts["gpu_work"] = float(steps["mean_gpu_ms"])
+        parts["gpu_idle"] = float(steps.get("gpu_idle_ms") or 0.0) / steps["num_steps"]
+    return parts
