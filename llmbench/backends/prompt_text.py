@@ -6,8 +6,7 @@ workload asked for: vLLM's random dataset does the same dance."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from engine.loader import model_shape
 from llmbench.config import RunConfig
 
 MAX_ROUNDS = 64
@@ -15,9 +14,11 @@ MAX_ROUNDS = 64
 
 class PromptText:
     def __init__(self, config: RunConfig):
-        from tokenizers import Tokenizer
+        # the tokenizer llmbench serve uses: model.tokenizer, <model.path>/tokenizer.json, or for a preset
+        # the synthetic byte-level BPE of its vocabulary
+        from engine.serving.tokenizer import load_tokenizer
 
-        self.tokenizer = Tokenizer.from_file(tokenizer_path(config))
+        self.tokenizer = load_tokenizer(config.model, model_shape(config.model)).tokenizer
         self._fillers: list[str] = []
 
     def of_tokens(self, ids: list[int]) -> str:
@@ -51,14 +52,3 @@ class PromptText:
                     if len(self._fillers) == 64:
                         break
         return self._fillers
-
-
-def tokenizer_path(config: RunConfig) -> str:
-    """model.tokenizer, else <model.path>/tokenizer.json (a ValueError names the keys when neither is)."""
-    candidates = [config.model.tokenizer]
-    if config.model.path:
-        candidates.append(str(Path(config.model.path) / "tokenizer.json"))
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file():
-            return candidate
-    raise ValueError("backend.prompt_format text: no tokenizer.json found; set model.tokenizer or model.path")

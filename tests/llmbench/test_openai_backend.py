@@ -216,6 +216,6 @@ def test_text_prompt_format_sends_text(bpe_file):
             drive(backend, 1)
         finally:
             backend.close()
+        with pytest.raises(ValueError, match="no tokenizer at"):
+            connected(server.url, "backend.prompt_format=text", "model.tokenizer=/no/tokenizer.json")
     assert isinstance(server.bodies[0]["prompt"], str)
-    with pytest.raises(ValueError, match="no tokenizer.json found"):
-        connected("http://127.0.0.1:1/v1", "backend.model=m", "backend.prompt_format=text")

@@ -99,12 +99,16 @@ def test_openai_backend_against_a_separate_llmbench_serve(tmp_path, bundled):
             except httpx.HTTPError:
                 time.sleep(0.2)
         url = f"http://127.0.0.1:{port}/v1"
-        config = parse_config(RUN, ["backend.type=openai", f"backend.url={url}"])
-        run_benchmark(config, tmp_path / "run")
+        config_args = ["backend.type=openai", f"backend.url={url}"]
+        run_benchmark(parse_config(RUN, config_args), tmp_path / "run")
+        # chat: the prompts as text of the same token counts, through the server's chat template
+        chat = ["backend.endpoint=chat", "backend.prompt_format=text"]
+        run_benchmark(parse_config(RUN, [*config_args, *chat]), tmp_path / "chat")
     finally:
         server.terminate()
         server.wait(30)
     assert counts(tmp_path / "run") == counts(bundled)
+    assert counts(tmp_path / "chat") == counts(bundled)
 
 
 def test_a_server_that_cannot_start_exits_2_with_its_reason(tmp_path):
