@@ -71,8 +71,6 @@ class _CoreLoop:
         executor = self.engine.executor
         ready = msg.Ready(executor.shape, executor.max_model_len, executor.num_blocks, str(executor.device))
         push.send(msg.encoder.encode(ready))
-        self.ipc_ms: dict[int, float] = {}  # by step: host time receiving and sending around it
-        self.steps = 0
         self.running = True
 
     def run(self) -> None:
@@ -96,8 +94,8 @@ class _CoreLoop:
                 sent = time.perf_counter()
                 if outputs:
                     self.push.send(msg.encoder.encode(msg.Outputs(outputs)), copy=False)
-                self.ipc_ms[self.steps] = received_ms + (time.perf_counter() - sent) * 1e3
-                self.steps += 1
+                if engine.last_step_record is not None:  # host time receiving and sending around it
+                    engine.last_step_record.ipc_ms = received_ms + (time.perf_counter() - sent) * 1e3
         finally:
             if self.step_hook is not None:
                 self.step_hook.close()
@@ -127,11 +125,7 @@ class _CoreLoop:
         elif isinstance(command, msg.Abort):
             self.engine.abort(command.request_id)
         elif isinstance(command, msg.Drain):
-            records = self.engine.drain_step_records()
-            for record in records:
-                record.ipc_ms = self.ipc_ms.get(record.step, 0.0)
-            self.ipc_ms.clear()  # every step so far is drained
-            self.push.send(msg.encoder.encode(msg.Records(records)))
+            self.push.send(msg.encoder.encode(msg.Records(self.engine.drain_step_records())))
         elif isinstance(command, msg.Check):
             self.push.send(msg.encoder.encode(msg.Checked(self._empty_check_failure())))
         else:

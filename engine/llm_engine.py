@@ -44,6 +44,7 @@ class LLMEngine:
         self._generate_ids = itertools.count()
         self._step_count = 0
         self._step_records: list[StepRecord] = []
+        self.last_step_record: StepRecord | None = None  # a split core adds its IPC time to it
         self._nvtx = nvtx_ranges()  # None unless a profiler is attached
         on_cuda = self.executor.device.type == "cuda"
         self._gpu_timer = GpuTimer() if config.step_timing and on_cuda else None
@@ -182,6 +183,7 @@ class LLMEngine:
                 + num_decode_seqs,
             )
             self._step_records.append(record)
+            self.last_step_record = record
             if launched is not None and launched.span is not None:
                 self._gpu_timer.track(launched.span, record)
         self._step_count += 1
@@ -194,9 +196,12 @@ class LLMEngine:
             return None
         if batch.feed_rows:
             batch.feed_tokens = self._in_flight.tokens
-        span = self._gpu_timer.start() if self._gpu_timer is not None else None
-        launched = InFlightStep(scheduled, self.executor.execute(batch), span)
-        if span is not None:
+        if self._gpu_timer is None:
+            launched = InFlightStep(scheduled, self.executor.execute(batch))
+        else:
+            span = self._gpu_timer.span()
+            tokens = self.executor.execute(batch, before_launch=span.start.record)
+            launched = InFlightStep(scheduled, tokens, span)
             self._gpu_timer.stop(span)
         self.scheduler.advance(scheduled)
         return launched
@@ -216,10 +221,19 @@ class LLMEngine:
         return outputs
 
     def drain_step_records(self) -> list[StepRecord]:
-        """Step records so far, GPU times filled in (waiting for the device's last steps if needed)."""
+        """Step records so far, in step order, GPU times filled in. A record whose GPU events have not
+        fired stays, with every later one, for a later drain: draining never waits on a busy device.
+        An engine with no request left has nothing to overlap, so it waits for the last steps there
+        (the end of a run or a phase)."""
+        records = self._step_records
         if self._gpu_timer is not None:
-            self._gpu_timer.resolve(wait=True)
-        records, self._step_records = self._step_records, []
+            self._gpu_timer.resolve(wait=not self.has_unfinished())
+            held = self._gpu_timer.oldest_unresolved()
+            if held is not None:
+                cut = held.step - records[0].step  # one record a step, drained from the front
+                self._step_records = records[cut:]
+                return records[:cut]
+        self._step_records = []
         return records
 
     def generate(

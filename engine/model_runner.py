@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from types import ModuleType
 
 import torch
@@ -60,7 +61,9 @@ class ModelRunner:
         self.shape = self.model.shape
         self.dtype = self.model.embed_tokens.weight.dtype
         self.max_model_len = resolve_max_model_len(config.max_model_len, self.shape)
-        self.sampler = Sampler(self.shape.eos_token_id, self.device, config.model.seed, ops)
+        self.sampler = Sampler(
+            self.shape.eos_token_id, self.shape.vocab_size, self.device, config.model.seed, ops
+        )
         self._forward_range = phase_range(nvtx_ranges(), "forward")
         self.inputs = InputBuffers(self.block_size, self.device)
         self.graphs: DecodeGraphs | None = None
@@ -78,15 +81,21 @@ class ModelRunner:
             self.graphs = self._capture_graphs()
 
     @torch.inference_mode()
-    def execute(self, batch: ScheduledBatch) -> torch.Tensor:
+    def execute(
+        self, batch: ScheduledBatch, before_launch: Callable[[], object] | None = None
+    ) -> torch.Tensor:
         """Sampled token ids [num_steps, n_sample], left on the device: reading them is the caller's
-        single sync of the step."""
+        single sync of the step. before_launch runs once the inputs are prepared, just before the
+        first forward is launched (the step's GPU start event)."""
         sampled_seqs = [s for s in batch.seqs if s.sample]
         inputs = self.inputs.prepare(batch)
         if batch.feed_rows:
             feed_sampled(batch, inputs)
         limits = last_positions(batch, inputs) if batch.num_steps > 1 else None
+        self.sampler.prepare(sampled_seqs, batch.num_steps)
         use_graphs = self.graphs is not None and self.graphs.handles(batch)
+        if before_launch is not None:
+            before_launch()
         tokens = []
         for step in range(batch.num_steps):
             if step:
@@ -97,7 +106,7 @@ class ModelRunner:
                 else:
                     hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn, self.kv_caches)
                     logits = self.model.compute_logits(hidden[inputs.sample_rows])
-            tokens.append(self.sampler(logits, sampled_seqs, step))
+            tokens.append(self.sampler(logits, step))
         return torch.stack(tokens)
 
     def shutdown(self) -> None:

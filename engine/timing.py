@@ -68,7 +68,9 @@ class PhaseClock:
 
 
 class GpuSpan:
-    """Start and end events around one step's device work; reused through GpuTimer's ring."""
+    """Start and end events around one step's device work; reused through GpuTimer's ring. The
+    executor records `start` once the host has prepared the step's inputs, just before the first
+    forward's launch, so host work of a step the device waits for is idle time, not busy."""
 
     __slots__ = ("start", "end")
 
@@ -102,13 +104,11 @@ class GpuTimer:
         self._anchor.synchronize()
         self._anchor_host = clock()
 
-    def start(self) -> GpuSpan:
-        """Record the start of a step's device work (before its first kernel)."""
+    def span(self) -> GpuSpan:
+        """A free span for the next step; its start is recorded by the executor (see GpuSpan)."""
         if not self._free:
             self._resolve_oldest()  # ring full: wait for the oldest, long since launched
-        span = self._free.pop()
-        span.start.record()
-        return span
+        return self._free.pop()
 
     def stop(self, span: GpuSpan) -> None:
         span.end.record()
@@ -122,6 +122,10 @@ class GpuTimer:
         """Fill the records whose events have fired, in order; with wait, all of them."""
         while self._waiting and (wait or self._waiting[0][0].end.query()):
             self._resolve_oldest()
+
+    def oldest_unresolved(self) -> StepRecord | None:
+        """The earliest tracked record whose GPU times are not filled in yet."""
+        return self._waiting[0][1] if self._waiting else None
 
     def _resolve_oldest(self) -> None:
         span, record = self._waiting.popleft()

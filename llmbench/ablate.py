@@ -162,7 +162,7 @@ def ablation_table(ablation: dict[str, Any]) -> Table:
     for variant in ablation["variants"]:
         metrics, steps = variant["metrics"], variant["steps"] or {}
         throughput = metrics.get("output_throughput")
-        busy = steps.get("gpu_busy_fraction")
+        busy = steps.get("gpu_busy_step_spans", steps.get("gpu_busy_fraction"))  # older files: old name
         table.add_row(
             variant["name"],
             _fmt(throughput, "{:,.1f}"),

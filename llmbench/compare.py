@@ -17,6 +17,7 @@ from rich.table import Table
 
 from llmbench.compare_load import CompareError, load_summary
 from llmbench.stats import bootstrap_ratios, detectable_worsening, mann_whitney_greater, ratio
+from llmbench.step_stats import RENAMED_STEP_KEYS
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_METRICS = (
@@ -100,6 +101,8 @@ def _parse_threshold(spec: str, text: str) -> float:
 def _lookup(root: dict, path: str) -> float | None:
     value = root
     for key in path.split("."):
+        if isinstance(value, dict) and key not in value:
+            key = RENAMED_STEP_KEYS.get(key, key)  # an older file's name for it
         if not isinstance(value, dict) or key not in value:
             return None
         value = value[key]

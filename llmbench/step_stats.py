@@ -4,11 +4,11 @@
   output, ipc), per step, per forward (multi-step runs several forwards per step) and per running
   sequence. The sample phase is the token readback: on a GPU mostly the host blocked until the
   step's kernels finish, so it is reported apart as the wait, never as overhead.
-- GPU busy (step spans): the union of the steps' [gpu_start, gpu_end] intervals over wall time
-  (first step start to last step end, summed over trials); what is left are idle gaps, each charged
-  to the host phase that overlapped it. A span runs from when the GPU reaches the step's first event
-  to its last kernel, so launch gaps inside an eager step count as busy; kernel-level busy comes
-  from `llmbench profile --nsys`.
+- GPU busy (step spans), `gpu_busy_step_spans`: the union of the steps' [gpu_start, gpu_end]
+  intervals over wall time (first step start to last step end, summed over trials); the rest are idle
+  gaps, each charged to the host phase that overlapped it. A span runs from the step's first forward
+  (its start event follows the host's input preparation) to its last kernel, so launch gaps inside an
+  eager step count as busy; kernel busy (nsys) comes from `llmbench profile --nsys`.
 - MBU and MFU: bytes and FLOPs of each step from the model shape and the batch, over the step's GPU
   time and a peak figure (from the run config's `hardware` section, else H200 defaults).
 
@@ -37,6 +37,8 @@ BETWEEN_STEPS = "between_steps"  # the runner, the frontend and IPC: host time o
 OTHER = "other"  # inside a step but in no timed phase
 DEFAULT_PEAK_BANDWIDTH = 4.2e12  # bytes/s, H200 default (HBM3e, measured-copy scale)
 DEFAULT_PEAK_FLOPS = 7.84e14  # FLOP/s, H200 default (dense bf16)
+# summary keys and their names in older result files, which readers fall back to
+RENAMED_STEP_KEYS = {"gpu_busy_step_spans": "gpu_busy_fraction"}
 
 
 @dataclass(frozen=True)
@@ -213,7 +215,7 @@ def _by_trial(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return list(trials.values())
 
 
-def gpu_busy_fraction(rows: Sequence[dict[str, Any]]) -> float | None:
+def gpu_busy_step_spans(rows: Sequence[dict[str, Any]]) -> float | None:
     """GPU busy (step spans): union of the steps' GPU intervals over wall time, each trial's span
     counted on its own."""
     busy = wall = 0.0
@@ -256,7 +258,7 @@ def summarize_steps(rows: Sequence[dict[str, Any]], config: dict[str, Any] | Non
     for phase in STEP_PHASES:
         summary[f"mean_{phase}"] = float(np.mean([r.get(phase) or 0.0 for r in rows]))
     summary["mean_gpu_ms"] = float(np.mean(gpu)) if gpu else None
-    summary["gpu_busy_fraction"] = gpu_busy_fraction(rows)
+    summary["gpu_busy_step_spans"] = gpu_busy_step_spans(rows)
     summary.update(_idle_summary(rows) if gpu else {"gpu_idle_ms": None})
     summary.update(_utilization_summary(rows, StepCosts.from_run_config(config) if config else None))
     return summary

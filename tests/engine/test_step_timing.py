@@ -1,11 +1,14 @@
 """GPU step timing: CUDA events resolved only once they have fired, converted to host time through
-one anchor. The event logic runs here on fake events driven by a fake device clock."""
+one anchor, the start recorded after input preparation, records drained without waiting. The event
+logic runs here on fake events driven by a fake device clock, in the real engine on the tiny model."""
 
 import math
 
+import pytest
+
 from engine.request import SamplingParams
 from engine.timing import GpuTimer, StepRecord
-from tests.engine.test_multistep import null_engine, run, workload
+from tests.engine.test_multistep import model_engine, null_engine, run, workload
 
 
 class FakeDevice:
@@ -50,7 +53,8 @@ def record(step: int) -> StepRecord:
 
 def timed_step(timer: GpuTimer, device: FakeDevice, start_ms: float, end_ms: float, step: int) -> StepRecord:
     device.now_ms = start_ms
-    span = timer.start()
+    span = timer.span()
+    span.start.record()
     device.now_ms = end_ms
     timer.stop(span)
     rec = record(step)
@@ -104,3 +108,65 @@ def test_step_timing_off_records_nothing():
     engine = null_engine(step_timing=False, async_output=True)
     engine.generate([[1, 2, 3]], SamplingParams(max_tokens=5))
     assert engine.drain_step_records() == []
+
+
+PREPARE_MS, FORWARD_MS = 5.0, 2.0
+
+
+def timed_model_engine(**overrides):
+    """The tiny model on the CPU with the GPU timer of a CUDA engine on fake events. Host input
+    preparation moves the fake device clock by PREPARE_MS while the device idles, each forward's
+    logits by FORWARD_MS of device work."""
+    engine = model_engine(**overrides)
+    timer, device = make_timer(ring_size=64)
+    engine._gpu_timer = timer
+    runner = engine.executor
+    prepare, compute_logits = runner.inputs.prepare, runner.model.compute_logits
+
+    def slow_prepare(batch):
+        device.now_ms += PREPARE_MS
+        return prepare(batch)
+
+    def slow_logits(hidden):
+        device.now_ms += FORWARD_MS
+        return compute_logits(hidden)
+
+    runner.inputs.prepare = slow_prepare
+    runner.model.compute_logits = slow_logits
+    return engine, device
+
+
+@pytest.mark.parametrize("num_scheduler_steps", [1, 4])
+def test_gpu_span_starts_after_input_preparation(num_scheduler_steps):
+    """A synchronous step's host preparation is idle device time: the span holds the forwards alone."""
+    engine, device = timed_model_engine(num_scheduler_steps=num_scheduler_steps)
+    run(engine, workload())
+    records = engine.drain_step_records()  # idle: waits for the last events
+    assert records and {r.num_steps for r in records} >= {num_scheduler_steps}
+    assert [r.gpu_ms for r in records] == [FORWARD_MS * r.num_steps for r in records]
+    for before, after in zip(records, records[1:], strict=False):
+        assert after.gpu_start - before.gpu_end == pytest.approx(PREPARE_MS / 1e3)
+
+
+def test_drain_returns_fired_records_and_keeps_the_rest():
+    engine, device = timed_model_engine(async_output=True)
+    for k, (prompt, params) in enumerate(workload()):
+        engine.add_request(str(k), prompt, params)
+    for _ in range(6):
+        engine.step()
+    device.fired_until = 5.0 + 3 * (PREPARE_MS + FORWARD_MS)  # the anchor at 5 ms, then three steps
+    first = engine.drain_step_records()
+    assert [r.step for r in first] == [0, 1, 2]
+    assert all(r.gpu_ms == FORWARD_MS for r in first)
+    assert device.syncs == 1  # the anchor alone: draining a busy engine never waits
+    assert engine.drain_step_records() == []  # nothing more has fired
+    device.fired_until = device.now_ms
+    second = engine.drain_step_records()
+    assert [r.step for r in second] == [3, 4, 5] and all(r.gpu_ms == FORWARD_MS for r in second)
+    while engine.has_unfinished():
+        engine.step()
+    assert device.syncs == 1
+    last = engine.drain_step_records()  # the end of the run: the wait is allowed there
+    assert [r.step for r in last] == list(range(6, 6 + len(last))) and len(last) > 0
+    launched = [r.num_prefill_tokens + r.num_decode_seqs > 0 for r in last]
+    assert [not math.isnan(r.gpu_ms) for r in last] == launched

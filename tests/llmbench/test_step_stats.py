@@ -5,7 +5,7 @@ import pytest
 from llmbench.step_stats import (
     StepCosts,
     derived_columns,
-    gpu_busy_fraction,
+    gpu_busy_step_spans,
     idle_gaps,
     merge_intervals,
     summarize_steps,
@@ -59,22 +59,22 @@ def test_merge_intervals():
 def test_gpu_busy_is_the_union_of_intervals_over_wall_time():
     rows = [step(0, 0, 10, gpu=(2, 8)), step(1, 10, 20, gpu=(6, 12)), step(2, 20, 25, gpu=(15, 18))]
     # union [2, 12] + [15, 18] = 13 ms of 25
-    assert gpu_busy_fraction(rows) == pytest.approx(13 / 25)
+    assert gpu_busy_step_spans(rows) == pytest.approx(13 / 25)
 
 
 def test_gpu_busy_counts_each_trial_span_alone():
     first = [step(0, 0, 10, gpu=(0, 5))]
     second = [{**step(0, 1000, 1010, gpu=(1000, 1010)), "trial": 1}]
     # 5 + 10 ms busy over 10 + 10 ms of trial spans; the second between trials is not idle time
-    assert gpu_busy_fraction(first + second) == pytest.approx(15 / 20)
+    assert gpu_busy_step_spans(first + second) == pytest.approx(15 / 20)
 
 
 def test_without_gpu_timing_gpu_figures_are_none_not_zero():
     rows = [step(0, 0, 10, schedule_ms=1.0, num_decode_seqs=2, num_running=2, num_context_tokens=50)]
-    assert gpu_busy_fraction(rows) is None
+    assert gpu_busy_step_spans(rows) is None
     assert idle_gaps(rows) == []
     s = summarize_steps(rows, TINY)
-    assert s["gpu_busy_fraction"] is None and s["gpu_idle_ms"] is None
+    assert s["gpu_busy_step_spans"] is None and s["gpu_idle_ms"] is None
     assert s["mean_gpu_ms"] is None and s["mbu"] is None and s["mfu"] is None
     columns = derived_columns(rows[0], StepCosts.from_run_config(TINY))
     assert columns["cpu_ms"] == 1.0 and math.isnan(columns["mbu"]) and math.isnan(columns["mfu"])
@@ -103,7 +103,7 @@ def test_idle_gaps_are_charged_to_the_overlapping_host_phases():
     assert gaps[2]["by_phase"] == pytest.approx({"sample": 0.5, "output": 0.5, "other": 1.0})
 
     s = summarize_steps(rows)
-    assert s["gpu_busy_fraction"] == pytest.approx(7.5 / 21)
+    assert s["gpu_busy_step_spans"] == pytest.approx(7.5 / 21)
     assert s["gpu_idle_ms"] == pytest.approx(21 - 7.5)
     assert s["num_gpu_idle_gaps"] == 3 and s["max_gpu_idle_gap_ms"] == pytest.approx(6.5)
     assert s["gpu_idle_during_prepare_ms"] == pytest.approx(5.5)
