@@ -12,7 +12,8 @@ from llmbench.backends import make_backend
 from llmbench.backends.server import free_port
 from llmbench.cli import app
 from llmbench.config import parse_config
-from llmbench.report.ttft_split import PARTS, request_split
+from llmbench.report import write_report
+from llmbench.report.sections.ttft_split import PARTS, request_split
 from llmbench.results import load_requests, load_summary
 from llmbench.runner import run_benchmark
 
@@ -73,6 +74,8 @@ def test_split_server_matches_bundled_and_leaves_no_process(tmp_path, bundled):
         ttft_ms = (record.first_token_time - record.submit_time) * 1000
         assert sum(split_ms[name] for name, *_ in PARTS) == pytest.approx(ttft_ms)
         assert split_ms["queueing"] >= 0 and split_ms["prefill"] >= 0
+    html = write_report([tmp_path / "run"], tmp_path / "report").read_text()
+    assert "TTFT split (client × server)" in html and "Requests joined: served 10." in html
 
 
 def test_cli_run_with_backend_server_in_process(tmp_path, bundled):

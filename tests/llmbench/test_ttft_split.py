@@ -1,6 +1,6 @@
 import pytest
 
-from llmbench.report.ttft_split import request_split, ttft_split
+from llmbench.report.sections.ttft_split import request_split, ttft_split
 
 
 def row(submit, first, server, reason="length", tokens=None):

@@ -18,6 +18,7 @@ from llmbench.report.sections import (
     runs,
     study,
     timeline,
+    ttft_split,
 )
 
 SECTIONS: tuple[Callable[[Page], str], ...] = (
@@ -26,6 +27,7 @@ SECTIONS: tuple[Callable[[Page], str], ...] = (
     breakdown.render,
     study.render,
     latency.render,
+    ttft_split.render,
     timeline.render,
     files.render,
     figures.render,

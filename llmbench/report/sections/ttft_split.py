@@ -10,6 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from llmbench.report.charts import chart, color
+from llmbench.report.format import number
+from llmbench.report.html import esc, note, table
+from llmbench.report.page import Page
+
 # (name, label, start, end): the parts of TTFT in order; times are request-row keys or server keys
 PARTS = (
     ("client_to_server", "client → engine queue", "submit_time", "t_queued"),
@@ -17,6 +22,7 @@ PARTS = (
     ("prefill", "prefill", "t_scheduled", "t_first_token"),
     ("frontend_stream", "frontend / stream", "t_first_token", "first_token_time"),
 )
+HANDED = ("handed_to_client", "handed → client, per token")
 
 
 def request_split(row: dict[str, Any]) -> dict[str, float] | None:
@@ -56,3 +62,55 @@ def ttft_split(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         if name != "handed_to_client" and mean_ttft > 0:
             parts[name]["share_of_ttft"] = float(values.mean() / mean_ttft)
     return {"count": len(splits), "parts": parts}
+
+
+def render(page: Page) -> str:
+    """One stacked bar of the mean TTFT's parts per run with server times, and their statistics."""
+    splits = [(run.label or run.name, s) for run in page.runs if (s := ttft_split(run.requests)) is not None]
+    if not splits:
+        return ""
+    spec = {
+        "type": "bar",
+        "horizontal": True,
+        "stacked": True,
+        "unit": "ms",
+        "labels": [label for label, _ in splits],
+        "datasets": [
+            {
+                "label": part_label,
+                "data": [round(s["parts"][name]["mean_ms"], 6) for _, s in splits],
+                "color": color(i),
+                "stack": "ttft",
+            }
+            for i, (name, part_label, _, _) in enumerate(PARTS)
+        ],
+        "x": {"title": "mean TTFT, ms"},
+        "y": {},
+    }
+    rows = [
+        [esc(label), esc(part_label)]
+        + [number(s["parts"][name].get(key)) for key in ("mean_ms", "median_ms", "p99_ms")]
+        + [number(s["parts"][name].get("share_of_ttft"), "%")]
+        for label, s in splits
+        for name, part_label in [*((name, part_label) for name, part_label, _, _ in PARTS), HANDED]
+        if name in s["parts"]
+    ]
+    explain = (
+        "Each request's client-side TTFT split with the server's own timestamps: client → engine queue "
+        "(HTTP, parsing, tokenization, the hop to the engine core), queueing, prefill (scheduled to first "
+        "token sampled), frontend / stream (output processing, detokenization, the hop back, SSE, the "
+        "client reading it). The parts add up to the TTFT. Handed → client: the mean delay from the server "
+        "handing each token on to the client reading it. Requests joined: "
+        + ", ".join(f"{label} {s['count']}" for label, s in splits)
+        + "."
+    )
+    header = ["run", "part", "mean ms", "median ms", "p99 ms", "share of TTFT"]
+    height = max(160, 90 + 30 * len(splits))
+    return "\n".join(
+        [
+            "<h2>TTFT split (client × server)</h2>",
+            note(explain),
+            chart(spec, height),
+            table(header, rows, (1,)),
+        ]
+    )
