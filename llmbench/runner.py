@@ -195,8 +195,9 @@ def _run_phase(
                 record = live.get(output.request_id)
                 if record is None:
                     continue
-                # an HTTP client stamps each chunk as it reads it: that, not this poll, is its arrival
-                seen = output.t_emit if isinstance(output, ServedOutput) else arrival
+                # an HTTP client stamps each chunk as it reads it, the hf backend each decode step:
+                # that, not this poll, is its arrival
+                seen = output.t_emit if state.backend.stamps_outputs else arrival
                 _record_output(record, output, seen - state.run_start, state.config.output.save_tokens)
                 if output.finished:
                     del live[output.request_id]
@@ -246,7 +247,11 @@ def _submit(
     )
     workload = state.config.workload
     params = SamplingParams(
-        max_tokens=request.output_len, temperature=workload.temperature, ignore_eos=workload.ignore_eos
+        max_tokens=request.output_len,
+        temperature=workload.temperature,
+        top_p=workload.top_p,
+        top_k=workload.top_k,
+        ignore_eos=workload.ignore_eos,
     )
     state.backend.submit(backend_id, request.prompt_token_ids, params)
     return record

@@ -1,7 +1,41 @@
 import os
+import subprocess
+import sys
 
+import pytest
 import torch
 
 # Without a GPU, Triton kernels run in the interpreter; it must be set before any @triton.jit is defined.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "triton_interpreter: runs Triton kernels on CPU tensors, which needs the interpreter; where this "
+        "process compiles them (a GPU machine), the test runs in a child pytest with TRITON_INTERPRET=1",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    # @triton.jit picks interpreter or compiler when a kernel module is imported, once per process:
+    # a compiled-kernel process cannot also interpret, so the test gets a process of its own
+    if (
+        pyfuncitem.get_closest_marker("triton_interpreter") is None
+        or os.environ.get("TRITON_INTERPRET") == "1"
+    ):
+        return None
+    child = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", pyfuncitem.nodeid],
+        cwd=pyfuncitem.config.rootpath,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+    )
+    if child.returncode != 0:
+        pytest.fail(
+            f"failed under TRITON_INTERPRET=1 in a child pytest:\n{child.stdout[-6000:]}", pytrace=False
+        )
+    return True

@@ -45,6 +45,9 @@ class Backend(Protocol):
     # True when engine steps run in another process that opens the profile window around them itself
     # (the split engine's core); the runner then opens none around its polls
     profiles_own_steps: bool
+    # True when each output's t_emit is when it reached the client, on the runner's clock (an HTTP
+    # stream's read, the hf streamer's decode step); the runner records that instead of its poll's time
+    stamps_outputs: bool
 
     def start(self, config: RunConfig) -> None: ...
 

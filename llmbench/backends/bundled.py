@@ -15,6 +15,8 @@ CORE_STEP_HOOK = "llmbench.profiling.window:window_from_env"
 
 
 class BundledBackend:
+    stamps_outputs = False  # a poll is an engine step (in-process) or reads what the core sent
+
     def start(self, config: RunConfig) -> None:
         split = config.engine.process_split
         self.engine = EngineCoreClient(config.engine, CORE_STEP_HOOK) if split else LLMEngine(config.engine)

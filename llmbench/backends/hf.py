@@ -37,6 +37,7 @@ class _BatchDone(Exception):
 
 class HFBackend:
     profiles_own_steps = False
+    stamps_outputs = True  # generate() runs on its own thread: a poll may collect several of its steps
 
     def start(self, config: RunConfig) -> None:
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -160,10 +161,12 @@ class HFBackend:
         mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for _, p, _ in batch], device=ids.device)
         max_new = max(params.max_tokens for _, _, params in batch)
         ignore_eos = all(params.ignore_eos for _, _, params in batch)
-        temperature = batch[0][2].temperature
-        sampling = (
-            {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
-        )
+        first = batch[0][2]
+        sampling: dict = {"do_sample": False}
+        if first.temperature > 0:
+            # top_k 0 switches off generate()'s default of 50, as in the bundled engine
+            sampling = {"do_sample": True, "temperature": first.temperature}
+            sampling.update(top_p=first.top_p, top_k=first.top_k)
         streamer = _BatchStreamer(
             batch, self._outputs, self._stop, self.model_info.eos_token_id, self._aborted
         )

@@ -51,6 +51,7 @@ class _RequestFailed(Exception):
 
 class OpenAIBackend:
     profiles_own_steps = True  # engine steps run in the server
+    stamps_outputs = True
 
     def start(self, config: RunConfig) -> None:
         self.connect(config, config.backend.url)
@@ -152,11 +153,14 @@ class OpenAIBackend:
             "model": self._model,
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
+            "top_p": params.top_p,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
         if self._ignore_eos:  # vLLM's and SGLang's extension; OpenAI itself has no such parameter
             body["ignore_eos"] = True
+        if params.top_k:  # the same servers' extension
+            body["top_k"] = params.top_k
         if self._token_ids:
             body["return_token_ids"] = True
         if self._chat:

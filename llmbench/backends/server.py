@@ -30,6 +30,7 @@ STOP_GRACE_S = 10.0  # SIGTERM, then this long for a clean exit, then SIGKILL
 
 class ServerBackend:
     profiles_own_steps = True  # engine steps run in the server's processes
+    stamps_outputs = True
 
     def start(self, config: RunConfig) -> None:
         import httpx

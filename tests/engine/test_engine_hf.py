@@ -100,6 +100,7 @@ def test_greedy_tokens_match_hf_under_preemption(checkpoint, block_size):
     assert tokens == expected
 
 
+@pytest.mark.triton_interpreter
 def test_triton_backend_matches_hf(checkpoint):
     """The Triton kernels (interpreted without a GPU) serve the same engine path token-exact: chunked
     prompts mixed with decodes, a cached shared prefix, paged decode."""
@@ -162,6 +163,7 @@ def test_kv_pool_sizing():
     assert runner.num_blocks == 7 and runner.kv_caches[0][0].shape == (8, 16, 2, 16)
 
 
+@pytest.mark.triton_interpreter
 def test_bad_runner_settings():
     with pytest.raises(
         ValueError, match="max_model_len 4096 exceeds the model's max_position_embeddings 2048"
@@ -181,6 +183,7 @@ def test_bad_runner_settings():
     assert select_ops("triton", cpu) is triton_ops
 
 
+@pytest.mark.triton_interpreter
 def test_triton_backend_needs_a_power_of_two_head_dim(tmp_path):
     """A checkpoint whose heads the Triton kernels cannot tile is refused before any weight is read."""
     config = {
