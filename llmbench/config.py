@@ -94,6 +94,8 @@ class WorkloadConfig:
     prefix: PrefixConfig = field(default_factory=PrefixConfig)
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
     temperature: float = bounded(0.0, ge=0)
+    top_p: float = bounded(1.0, gt=0, le=1)  # with temperature > 0: 1 keeps every token
+    top_k: int = bounded(0, ge=0)  # with temperature > 0: 0 keeps every token
     ignore_eos: bool = True  # benchmarks want the requested output lengths, not the model's whims
     # a request unfinished this long after its submit is aborted and counted as failed
     request_timeout_s: float | None = bounded(None, gt=0)

@@ -100,12 +100,11 @@ def _finite(number: float) -> bool:
 
 def _describe(hint: Any, bounds: Any) -> str:
     noun = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
-    if bounds.get("le") is not None:
-        return f"{noun} >= {bounds['ge']:g} and <= {bounds['le']}"
+    upper = f" and <= {bounds['le']}" if bounds.get("le") is not None else ""
     if bounds.get("gt") is not None:
-        return f"{noun} > {bounds['gt']:g}"
+        return f"{noun} > {bounds['gt']:g}{upper}"
     if bounds.get("ge") is not None:
-        return f"{noun} >= {bounds['ge']:g}"
+        return f"{noun} >= {bounds['ge']:g}{upper}"
     return noun
 
 
