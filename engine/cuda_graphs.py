@@ -56,6 +56,7 @@ class DecodeGraphs:
         self.seq_lens = ints(1, max_seqs)
         self.block_tables = ints(pad_block, max_seqs, max_blocks_per_seq)
         self.query_start_loc = torch.arange(max_seqs + 1, dtype=torch.int32, device=device)
+        self._num_live = 0  # rows from 0 whose slots may still point at live KV
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
 
@@ -75,8 +76,11 @@ class DecodeGraphs:
         self.seq_lens[:num_seqs].copy_(attn.seq_lens, non_blocking=True)
         self.block_tables[:num_seqs, :width].copy_(attn.block_tables, non_blocking=True)
         # rows past the batch may hold an earlier, larger batch's slots: point their writes back
-        # at the spare block (stale lengths and tables only cause harmless reads)
-        self.slot_mapping[num_seqs:bucket].fill_(self.pad_slot)
+        # at the spare block (stale lengths and tables only cause harmless reads). Only when the
+        # batch shrank: a steady decode batch launches no fill
+        if self._num_live > num_seqs:
+            self.slot_mapping[num_seqs : self._num_live].fill_(self.pad_slot)
+        self._num_live = num_seqs
         return bucket
 
     def forward(self, bucket: int) -> torch.Tensor:

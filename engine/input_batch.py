@@ -1,20 +1,22 @@
 """Turn a ScheduledBatch into the model's tensors: flattened token ids and positions, where each new
-token's K/V goes (slot mapping), and each sequence's block table, length and row range. Runs every step
-with up to max_num_seqs sequences, so it is per-sequence list work plus a handful of tensor ops, never a
-Python loop over tokens.
+token's K/V goes (slot mapping), and each sequence's block table, length and row range; for a
+multi-step window, the positions, slots and lengths of every forward.
 
-All integer inputs of a step are packed into one persistent host buffer (pinned on CUDA) and sent in a
-single non-blocking copy to one persistent device buffer; the model's inputs are views of it. Slot
-mapping is derived on the device."""
+Runs every step with up to max_num_seqs sequences, so it touches each sequence a few times in list
+comprehensions and does the rest in numpy, never a Python loop over tokens or blocks. Block tables
+persist across steps (vLLM V1's persistent batch): each table gets a row of a host array when first
+seen, and later steps write only the blocks appended to it since. All integer inputs of a step are
+packed into one host buffer (pinned on CUDA) and sent in a single non-blocking copy to one device
+buffer; the model's inputs are views of it. On the CPU the host buffer is the device buffer."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from engine.batch import ScheduledBatch
+from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.models.llama import AttentionMetadata
 
 _ALIGN = 4  # int32 entries in 16 bytes
@@ -23,132 +25,195 @@ _ALIGN = 4  # int32 entries in 16 bytes
 @dataclass
 class ModelInput:
     input_ids: torch.Tensor  # [T] int32 or int64
-    positions: torch.Tensor  # [T] int32 or int64
+    positions: torch.Tensor  # [T] int32
     attn: AttentionMetadata
     sample_rows: torch.Tensor  # [n_sample]: the row of each sampled sequence's last new token
+    # multi-step: positions and attention metadata of the window's later forwards
+    later: list[tuple[torch.Tensor, AttentionMetadata]] = field(default_factory=list)
+
+    def next_forward(self, step: int, sampled: torch.Tensor) -> ModelInput:
+        """Forward `step` (>= 1) of a multi-step window: its input tokens are those just sampled."""
+        positions, attn = self.later[step - 1]
+        return ModelInput(sampled, positions, attn, self.sample_rows)
 
 
-def slot_mapping(
-    block_tables: torch.Tensor, seq_index: torch.Tensor, positions: torch.Tensor, block_size: int
-) -> torch.Tensor:
-    """Cache slot of each token: its sequence's block for that position, then the row in the block."""
-    blocks = block_tables[seq_index, positions // block_size].long()
-    return blocks * block_size + positions % block_size
+class BlockTables:
+    """Every block table seen lately, one row each of a host array. A table is keyed by the list
+    object itself, which a sequence only ever appends to (freeing its blocks gives it a new list), so
+    a row stays valid and a step copies only the blocks appended since the last one. Rows of tables
+    no batch holds any more are reused once the array is full."""
+
+    def __init__(self, rows: int = 64, width: int = 64):
+        self.table = np.zeros((rows, width), dtype=np.int32)
+        self._row_of: dict[int, int] = {}  # id(block table list) -> row
+        self._lists: list[list[int] | None] = [None] * rows  # holding each list keeps its id unique
+        self._filled = np.zeros(rows, dtype=np.int64)  # blocks of the list already in the row
+        self._free = list(range(rows - 1, -1, -1))
+
+    def rows(self, seqs: list[ScheduledSeq]) -> tuple[np.ndarray, np.ndarray]:
+        """The row of each sequence's table, brought up to date, and each table's length. Three
+        comprehensions over the batch; only the tables that grew are written."""
+        tables = [s.block_table for s in seqs]
+        rows = list(map(self._row_of.get, map(id, tables)))
+        lengths = np.fromiter(map(len, tables), np.int64, len(tables))
+        if None in rows:
+            self._add(tables, rows)
+        rows_np = np.fromiter(rows, np.int64, len(rows))
+        longest = int(lengths.max())
+        if longest > self.table.shape[1]:
+            self._widen(longest)
+        filled = self._filled[rows_np]
+        for i in np.flatnonzero(lengths != filled).tolist():  # a new block every block_size tokens
+            start, row = int(filled[i]), rows[i]
+            self.table[row, start : lengths[i]] = tables[i][start:]
+        self._filled[rows_np] = lengths
+        return rows_np, lengths
+
+    def _add(self, tables: list[list[int]], rows: list[int | None]) -> None:
+        """Give each table without a row one (a table named twice in a batch gets one row)."""
+        for i, row in enumerate(rows):
+            if row is None:
+                row = self._row_of.get(id(tables[i]))
+            if row is None:
+                if not self._free:
+                    self._make_room({r for r in rows if r is not None})
+                row = self._free.pop()
+                self._row_of[id(tables[i])] = row
+                self._lists[row] = tables[i]
+                self._filled[row] = 0
+                self.table[row] = 0  # padding past the table reads block 0, as a fresh row does
+            rows[i] = row
+
+    def _make_room(self, in_use: set[int]) -> None:
+        """Drop every row this batch does not use; grow when that frees too little."""
+        for key, row in list(self._row_of.items()):
+            if row not in in_use:
+                del self._row_of[key]
+                self._lists[row] = None
+                self._free.append(row)
+        if len(self._free) < len(self._lists) // 2:
+            old = len(self._lists)
+            self.table = np.concatenate([self.table, np.zeros_like(self.table)])
+            self._filled = np.concatenate([self._filled, np.zeros_like(self._filled)])
+            self._lists += [None] * old
+            self._free += range(2 * old - 1, old - 1, -1)
+
+    def _widen(self, width: int) -> None:
+        grown = np.zeros((self.table.shape[0], max(width, 2 * self.table.shape[1])), dtype=np.int32)
+        grown[:, : self.table.shape[1]] = self.table
+        self.table = grown
 
 
 class InputBuffers:
-    """The persistent host and device buffers of one model runner. They grow (doubling) when a step
-    needs more room, so after the first steps of each size no step allocates."""
+    """The persistent block tables and the host and device buffers of one executor. The buffers grow
+    (doubling) when a step needs more room, so after the first steps of each size no step allocates.
+    On CUDA two pinned host buffers take turns: a step fills one while the copy of the step before
+    may still be reading the other."""
 
     def __init__(self, block_size: int, device: torch.device, capacity: int = 1 << 14):
         self.block_size = block_size
         self.device = device
-        self._pinned = device.type == "cuda"
-        # the host buffer may only be refilled once the last step's copy has read it
-        self._copied = torch.cuda.Event() if self._pinned else None
-        self._allocate(capacity)
+        self.block_tables = BlockTables()
+        self._on_cuda = device.type == "cuda"
+        self._hosts = [self._host_buffer(capacity) for _ in range(2 if self._on_cuda else 1)]
+        # a host buffer may only be refilled once the copy that last read it is done
+        self._copied = [torch.cuda.Event() for _ in self._hosts] if self._on_cuda else []
+        self._device_buf = torch.empty(capacity, dtype=torch.int32, device=device) if self._on_cuda else None
+        self._turn = 0
 
-    def _allocate(self, capacity: int) -> None:
-        self._host = torch.empty(capacity, dtype=torch.int32, pin_memory=self._pinned)
-        self._host_np = self._host.numpy()
-        self._device_buf = torch.empty(capacity, dtype=torch.int32, device=self.device)
+    def _host_buffer(self, capacity: int) -> torch.Tensor:
+        return torch.empty(capacity, dtype=torch.int32, pin_memory=self._on_cuda)
 
     def prepare(self, batch: ScheduledBatch) -> ModelInput:
         seqs = batch.seqs
-        num_seqs = len(seqs)
-        input_ids: list[int] = []
-        positions: list[int] = []
-        seq_lens: list[int] = []
-        query_start_loc = [0]
-        for s in seqs:
-            end = s.num_computed + s.num_new
-            input_ids += s.token_ids[s.num_computed : end]
-            positions += range(s.num_computed, end)
-            seq_lens.append(end)
-            query_start_loc.append(query_start_loc[-1] + s.num_new)
-        max_blocks = max(len(s.block_table) for s in seqs)
-        block_tables: list[int] = []
-        for s in seqs:
-            block_tables += s.block_table
-            block_tables += [0] * (max_blocks - len(s.block_table))
-        sample_rows = [query_start_loc[i + 1] - 1 for i, s in enumerate(seqs) if s.sample]
-
-        # one host buffer, one copy: sections in this order, each starting on a 16-byte boundary (Triton
+        n, bs, num_steps = len(seqs), self.block_size, batch.num_steps
+        rows, num_blocks = self.block_tables.rows(seqs)
+        num_computed = np.array([s.num_computed for s in seqs], dtype=np.int64)
+        num_new = np.array([s.num_new for s in seqs], dtype=np.int64)
+        query_start = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(num_new, out=query_start[1:])
+        if query_start[-1] == n:  # one new token each: decodes, mostly
+            input_ids = [s.token_ids[s.num_computed] for s in seqs]
+            positions, token_rows = num_computed, rows
+        else:
+            input_ids = [t for s in seqs for t in s.token_ids[s.num_computed : s.seq_len]]
+            seq_index = np.repeat(np.arange(n), num_new)
+            positions = np.arange(len(input_ids)) + (num_computed - query_start[:-1])[seq_index]
+            token_rows = rows[seq_index]
+        sample_rows = query_start[1:][[s.sample for s in seqs]] - 1
+        seq_lens = num_computed + num_new
+        if num_steps > 1:
+            # decodes only: forward k runs each sequence k positions on, except that one reaching
+            # max_tokens inside the window repeats its last output's slot (those tokens are dropped)
+            # instead of running past its reserved blocks
+            last = np.array([s.seq_len - s.num_outputs + s.sampling.max_tokens - 1 for s in seqs])
+            positions = np.minimum(positions + np.arange(num_steps)[:, None], last)
+            seq_lens = positions + 1
+        table = self.block_tables.table
+        slots = table[token_rows, positions // bs] * bs + positions % bs
+        width = int(num_blocks.max())
+        # one buffer, one copy: sections in this order, each starting on a 16-byte boundary (Triton
         # specializes kernels on pointer alignment: an unaligned view would compile a second variant
-        # of a kernel mid-run, ~0.7 s on an H200, when the batch's shape shifts the sections; the padding
-        # costs nothing measurable: prepare 0.086-0.099 ms a step at 256 sequences with or without it)
-        sections = (input_ids, positions, seq_lens, query_start_loc, sample_rows, block_tables)
-        padded = [-(-len(values) // _ALIGN) * _ALIGN for values in sections]
-        starts = np.cumsum([0, *padded]).tolist()
-        total = starts[-1]
-        if self._copied is not None:
-            self._copied.synchronize()
-        if total > self._host.numel():
-            self._allocate(max(total, 2 * self._host.numel()))
-        for values, start in zip(sections, starts, strict=False):
-            self._host_np[start : start + len(values)] = values
+        # of a kernel mid-run, ~0.7 s on an H200, when the batch's shape shifts the sections)
+        sections = (input_ids, positions, seq_lens, query_start, sample_rows, None, slots)
+        sections += (batch.feed_rows, batch.feed_cols)
+        sizes = [len(input_ids), positions.size, seq_lens.size, n + 1, len(sample_rows), n * width]
+        sizes += [2 * slots.size, len(batch.feed_rows), len(batch.feed_cols)]
+        starts = np.cumsum([0] + [-(-size // _ALIGN) * _ALIGN for size in sizes]).tolist()
+        host = self._host(starts[-1]).numpy()
+        for values, start, size in zip(sections, starts, sizes, strict=False):
+            if not size:
+                continue
+            if values is None:  # the block tables, gathered from their rows straight into the buffer
+                np.take(table[:, :width], rows, axis=0, out=host[start : start + size].reshape(n, width))
+            elif values is slots:
+                host[start : start + size].view(np.int64)[:] = slots.reshape(-1)
+            else:
+                host[start : start + size] = np.reshape(values, -1)
+        device = self._send(starts[-1])
+        ids, positions, seq_lens, query_start, sample_rows, tables, slots, feed_rows, feed_cols = (
+            device[start : start + size] for start, size in zip(starts, sizes, strict=False)
+        )
+        if batch.feed_rows:
+            # async output: decodes whose input token was still unknown at scheduling take it from
+            # the step in flight's sampled tokens, on the device, without a host round trip
+            ids[feed_rows] = batch.feed_tokens[-1, feed_cols].to(ids.dtype)
+        slots = slots.view(torch.int64)
+        tables = tables.view(n, width)
+        if num_steps == 1:
+            attn = AttentionMetadata(slots, tables, seq_lens, query_start, batch.is_decode_only)
+            return ModelInput(ids, positions, attn, sample_rows)
+        positions, seq_lens, slots = (t.view(num_steps, n) for t in (positions, seq_lens, slots))
+        attns = [
+            AttentionMetadata(slots[k], tables, seq_lens[k], query_start, True) for k in range(num_steps)
+        ]
+        later = [(positions[k], attns[k]) for k in range(1, num_steps)]
+        return ModelInput(ids, positions[0], attns[0], sample_rows, later)
+
+    def _host(self, size: int) -> torch.Tensor:
+        """This step's host buffer, free to fill and holding at least size entries."""
+        self._turn = (self._turn + 1) % len(self._hosts)
+        if self._copied:
+            self._copied[self._turn].synchronize()
+        host = self._hosts[self._turn]
+        if size > host.numel():
+            host = self._hosts[self._turn] = self._host_buffer(max(size, 2 * host.numel()))
+        return host
+
+    def _send(self, total: int) -> torch.Tensor:
+        host = self._hosts[self._turn][:total]
+        if not self._on_cuda:
+            return host  # the CPU computes straight from the host buffer
+        if total > self._device_buf.numel():
+            self._device_buf = torch.empty(
+                max(total, 2 * self._device_buf.numel()), dtype=torch.int32, device=self.device
+            )
         device = self._device_buf[:total]
-        device.copy_(self._host[:total], non_blocking=True)
-        if self._copied is not None:
-            self._copied.record()
-        ids_t, positions_t, seq_lens_t, query_start_t, sample_rows_t, tables_t = (
-            device[start : start + len(values)] for values, start in zip(sections, starts, strict=False)
-        )
-        block_tables_t = tables_t.view(num_seqs, max_blocks)
-        # slots are derived on the device: one gather instead of a Python loop over tokens
-        seq_index = torch.repeat_interleave(query_start_t.diff(), output_size=len(positions))
-        attn = AttentionMetadata(
-            slot_mapping=slot_mapping(block_tables_t, seq_index, positions_t, self.block_size),
-            block_tables=block_tables_t,
-            seq_lens=seq_lens_t,
-            query_start_loc=query_start_t,
-            decode_only=batch.is_decode_only,
-        )
-        return ModelInput(ids_t, positions_t, attn, sample_rows_t)
+        device.copy_(host, non_blocking=True)
+        self._copied[self._turn].record()
+        return device
 
 
 def prepare_inputs(batch: ScheduledBatch, block_size: int, device: torch.device) -> ModelInput:
     """One step's inputs through throwaway buffers (tests and one-off forwards)."""
     return InputBuffers(block_size, device, capacity=1).prepare(batch)
-
-
-def advance_decode(
-    inputs: ModelInput, sampled: torch.Tensor, block_size: int, last_positions: torch.Tensor
-) -> ModelInput:
-    """The next forward of a multi-step decode batch, built on the device from the tokens just sampled:
-    every sequence moves one position on (its block table already covers the extra tokens), but never
-    past last_positions, its final output's position: a sequence that reaches max_tokens inside the
-    window repeats that slot, whose tokens are dropped, instead of running past its reserved blocks."""
-    attn = inputs.attn
-    positions = torch.minimum(inputs.positions + 1, last_positions)
-    seq_index = torch.arange(positions.shape[0], device=positions.device)
-    next_attn = AttentionMetadata(
-        slot_mapping=slot_mapping(attn.block_tables, seq_index, positions, block_size),
-        block_tables=attn.block_tables,
-        seq_lens=(positions + 1).to(attn.seq_lens.dtype),
-        query_start_loc=attn.query_start_loc,
-        decode_only=True,
-    )
-    return ModelInput(sampled, positions, next_attn, inputs.sample_rows)
-
-
-def last_positions(batch: ScheduledBatch, inputs: ModelInput) -> torch.Tensor:
-    """Multi-step: the position of each sequence's last possible output (prompt + max_tokens - 1)."""
-    values = [s.seq_len - s.num_outputs + s.sampling.max_tokens - 1 for s in batch.seqs]
-    return _send(values, inputs.positions)
-
-
-def feed_sampled(batch: ScheduledBatch, inputs: ModelInput) -> None:
-    """Async output: the decodes whose input token was still unknown at scheduling take it from
-    the sampled tokens of the step before, on the device, without a host round trip."""
-    index = _send([batch.feed_rows, batch.feed_cols], inputs.input_ids).long()
-    rows, cols = index
-    inputs.input_ids[rows] = batch.feed_tokens[-1, cols].to(inputs.input_ids.dtype)
-
-
-def _send(values: list, like: torch.Tensor) -> torch.Tensor:
-    """A small host list on like's device and dtype; pinned on CUDA so the copy never blocks."""
-    host = torch.tensor(values, dtype=like.dtype)
-    if like.is_cuda:
-        host = host.pin_memory()
-    return host.to(like.device, non_blocking=True)

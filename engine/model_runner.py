@@ -13,7 +13,7 @@ import torch
 from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.config import EngineConfig
 from engine.cuda_graphs import DecodeGraphs, graph_bucket
-from engine.input_batch import InputBuffers, advance_decode, feed_sampled, last_positions
+from engine.input_batch import InputBuffers
 from engine.loader import load_model, model_shape, resolve_device, resolve_max_model_len
 from engine.models.llama import KVCache
 from engine.nvtx_ranges import nvtx_ranges, phase_range
@@ -88,18 +88,14 @@ class ModelRunner:
         single sync of the step. before_launch runs once the inputs are prepared, just before the
         first forward is launched (the step's GPU start event)."""
         sampled_seqs = [s for s in batch.seqs if s.sample]
-        inputs = self.inputs.prepare(batch)
-        if batch.feed_rows:
-            feed_sampled(batch, inputs)
-        limits = last_positions(batch, inputs) if batch.num_steps > 1 else None
+        window = self.inputs.prepare(batch)  # every forward's inputs, in one copy
         self.sampler.prepare(sampled_seqs, batch.num_steps)
         use_graphs = self.graphs is not None and self.graphs.handles(batch)
         if before_launch is not None:
             before_launch()
         tokens = []
         for step in range(batch.num_steps):
-            if step:
-                inputs = advance_decode(inputs, tokens[-1], self.block_size, limits)
+            inputs = window.next_forward(step, tokens[-1]) if step else window
             with self._forward_range:
                 if use_graphs:
                     logits = self.graphs.run(inputs)
@@ -107,7 +103,7 @@ class ModelRunner:
                     hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn, self.kv_caches)
                     logits = self.model.compute_logits(hidden[inputs.sample_rows])
             tokens.append(self.sampler(logits, step))
-        return torch.stack(tokens)
+        return torch.stack(tokens) if len(tokens) > 1 else tokens[0][None]
 
     def shutdown(self) -> None:
         self.kv_caches = []

@@ -46,16 +46,12 @@ class NullExecutor:
     def execute(self, batch: ScheduledBatch) -> torch.Tensor:
         """Tokens [num_steps, n_sample]: the one sampled at position p of sequence s is a hash of
         (s, p), so any batching, chunking or multi-step window yields the same tokens."""
-        self.inputs.prepare(batch)  # what a GPU host does before launching the forward
-        ids, positions = [], []
-        for seq in batch.seqs:
-            if seq.sample:
-                ids.append(seq.seq_id)
-                positions.append(seq.seq_len)  # where the first sampled token lands
+        inputs = self.inputs.prepare(batch)  # what a GPU host does before launching the forward
+        sample = [s.sample for s in batch.seqs]
+        ids = np.array([s.seq_id for s in batch.seqs])[sample]
+        positions = inputs.attn.seq_lens.numpy()[sample]  # where the first sampled token lands
         steps = np.arange(batch.num_steps)[:, None]
-        tokens = (np.array(ids) * 1_000_003 + (np.array(positions) + steps) * 7_919) % (
-            self.shape.vocab_size - 1
-        )
+        tokens = (ids * 1_000_003 + (positions + steps) * 7_919) % (self.shape.vocab_size - 1)
         tokens += tokens >= self.shape.eos_token_id  # skip EOS
         return torch.from_numpy(tokens)
 

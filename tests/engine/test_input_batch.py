@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine.batch import ScheduledBatch, ScheduledSeq
-from engine.input_batch import InputBuffers
+from engine.input_batch import BlockTables, InputBuffers
 from engine.request import SamplingParams
 
 BLOCK = 4
@@ -47,3 +47,134 @@ def test_views_are_aligned_and_hold_the_batch(seed):
         assert attn.block_tables.tolist() == [
             s.block_table + [0] * (width - len(s.block_table)) for s in seqs
         ]
+
+
+def expected_inputs(batch: ScheduledBatch) -> dict:
+    """The step's inputs written out token by token: what the vectorised packing must equal."""
+    seqs, steps = batch.seqs, batch.num_steps
+    positions, slots, seq_lens = [], [], []
+    for step in range(steps):
+        row_positions = []
+        for s in seqs:
+            last = s.seq_len - s.num_outputs + s.sampling.max_tokens - 1 if steps > 1 else s.seq_len
+            row_positions += [min(p + step, last) for p in range(s.num_computed, s.seq_len)]
+        positions.append(row_positions)
+        token_seqs = [s for s in seqs for _ in range(s.num_new)]
+        slots.append(
+            [
+                s.block_table[p // BLOCK] * BLOCK + p % BLOCK
+                for s, p in zip(token_seqs, row_positions, strict=True)
+            ]
+        )
+        seq_lens.append([p + 1 for p in row_positions] if steps > 1 else [s.seq_len for s in seqs])
+    width = max(len(s.block_table) for s in seqs)
+    return {
+        "input_ids": [t for s in seqs for t in s.token_ids[s.num_computed : s.seq_len]],
+        "positions": positions,
+        "slots": slots,
+        "seq_lens": seq_lens,
+        "block_tables": [s.block_table + [0] * (width - len(s.block_table)) for s in seqs],
+    }
+
+
+def packed_inputs(inputs) -> dict:
+    forwards = [(inputs.positions, inputs.attn)] + inputs.later
+    return {
+        "input_ids": inputs.input_ids.tolist(),
+        "positions": [p.tolist() for p, _ in forwards],
+        "slots": [a.slot_mapping.tolist() for _, a in forwards],
+        "seq_lens": [a.seq_lens.tolist() for _, a in forwards],
+        "block_tables": inputs.attn.block_tables.tolist(),
+    }
+
+
+class Tables:
+    """Block tables living as the block manager keeps them: grown by appending, replaced by a new
+    list when a sequence is preempted."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.next_block = 0
+
+    def fresh(self, num_blocks: int) -> list[int]:
+        blocks = list(range(self.next_block, self.next_block + num_blocks))
+        self.next_block += num_blocks
+        self.rng.shuffle(blocks)
+        return blocks
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_persistent_block_tables_follow_growth_preemption_reordering_and_turnover(seed):
+    """Sequences come and go over many steps (more tables than the persistent array has rows), grow
+    past its width, change order, get preempted (a new table) and run chunks or decodes: each
+    step's packed inputs equal the ones written out from scratch."""
+    rng = random.Random(seed)
+    tables = Tables(rng)
+    buffers = InputBuffers(BLOCK, torch.device("cpu"), capacity=8)
+    buffers.block_tables = BlockTables(rows=4, width=2)  # small, so it reuses rows and grows
+    live: dict[int, list] = {}  # seq_id -> [tokens, num_computed, block_table]
+    next_id = 0
+    for _ in range(120):
+        while len(live) < rng.randrange(1, 12):
+            tokens = [rng.randrange(3, 500) for _ in range(rng.randrange(1, 30))]
+            live[next_id] = [tokens, 0, tables.fresh(-(-len(tokens) // BLOCK))]
+            next_id += 1
+        for seq_id in rng.sample(sorted(live), k=rng.randrange(0, 3)):
+            if rng.random() < 0.5:
+                del live[seq_id]  # finished
+            else:
+                tokens, _, table = live[seq_id]  # preempted: recomputed into fresh blocks
+                live[seq_id] = [tokens, 0, tables.fresh(len(table))]
+        order = sorted(live)
+        if rng.random() < 0.3:
+            rng.shuffle(order)
+        seqs = []
+        for seq_id in order:
+            tokens, done, table = live[seq_id]
+            num_new = len(tokens) - done
+            seqs.append(ScheduledSeq(seq_id, tokens, done, num_new, table, SamplingParams(), sample=True))
+        if not seqs:
+            continue
+        batch = ScheduledBatch(seqs)
+        assert packed_inputs(buffers.prepare(batch)) == expected_inputs(batch)
+        for seq_id in order:  # every sequence decodes on: one more token, a block when it fills one
+            tokens, _, table = live[seq_id]
+            live[seq_id][1] = len(tokens)
+            tokens.append(rng.randrange(3, 500))
+            if len(tokens) > len(table) * BLOCK:
+                table += tables.fresh(1)
+    rows, width = buffers.block_tables.table.shape
+    assert rows > 4 and width > 2
+
+
+@pytest.mark.parametrize("num_steps", [1, 4])
+def test_a_multi_step_window_is_built_on_the_host_and_stops_at_each_last_output(num_steps):
+    """Every forward's positions, slots and lengths come with the first forward's; a sequence whose
+    max_tokens ends inside the window repeats its last output's position."""
+    tables = [[7, 3, 11, 2], [9, 4, 1, 8], [5, 6, 10, 0]]
+    left = [
+        (SamplingParams(max_tokens=30), 2),
+        (SamplingParams(max_tokens=3), 1),  # two outputs left: the fourth forward repeats the third's
+        (SamplingParams(max_tokens=9), 8),  # one left: its position, 12, from the second forward on
+    ]
+    seqs = [
+        ScheduledSeq(i, [5] * (10 + i), 9 + i, 1, tables[i], params, True, num_outputs)
+        for i, (params, num_outputs) in enumerate(left)
+    ]
+    batch = ScheduledBatch(seqs, num_steps=num_steps)
+    inputs = InputBuffers(BLOCK, torch.device("cpu")).prepare(batch)
+    assert len(inputs.later) == num_steps - 1
+    assert packed_inputs(inputs) == expected_inputs(batch)
+    if num_steps > 1:
+        assert packed_inputs(inputs)["positions"] == [[9, 10, 11], [10, 11, 12], [11, 12, 12], [12, 12, 12]]
+        sampled = torch.tensor([40, 41, 42])
+        later = inputs.next_forward(2, sampled)
+        assert later.input_ids is sampled and later.positions.tolist() == [11, 12, 12]
+
+
+def test_fed_decodes_take_their_input_token_from_the_step_in_flight():
+    """Async output: the rows named by feed_rows get column feed_cols of the in-flight tokens' last row."""
+    seqs = [ScheduledSeq(i, [5, 6, 0], 2, 1, [i], SamplingParams(), True, 1) for i in range(3)]
+    batch = ScheduledBatch(seqs, feed_rows=[0, 2], feed_cols=[1, 0], feed_tokens=torch.tensor([[70, 71, 72]]))
+    inputs = InputBuffers(BLOCK, torch.device("cpu")).prepare(batch)
+    assert inputs.input_ids.tolist() == [71, 0, 70]
