@@ -1,7 +1,9 @@
 import os
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -121,3 +123,41 @@ def test_a_server_that_cannot_start_exits_2_with_its_reason(tmp_path):
     assert result.exit_code == 2
     assert result.stderr.startswith("error: run.yaml: backend.type server: llmbench serve exited with code 2")
     assert "nope" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def children(pid):
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+        except OSError:
+            continue
+        if fields.get("PPid", "").strip() == str(pid):
+            found.append(int(status.parent.name))
+    return found
+
+
+def wait_for(predicate, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_no_server_outlives_an_interrupted_or_killed_run(tmp_path, sig):
+    path = tmp_path / "run.yaml"
+    slow = {**RUN, "workload": {**RUN["workload"], "num_requests": 10_000, "max_concurrency": 2}}
+    path.write_text(yaml.safe_dump({**slow, "backend": {"type": "server"}}))
+    command = [sys.executable, "-m", "llmbench", "run", str(path), "--out", str(tmp_path / "run")]
+    run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: (tmp_path / "run" / "requests.jsonl").is_file(), 120)  # serving
+        (server,) = [pid for pid in children(run.pid) if "serve" in Path(f"/proc/{pid}/cmdline").read_text()]
+        run.send_signal(sig)
+        assert run.wait(60) == (130 if sig == signal.SIGINT else -signal.SIGKILL)
+        assert wait_for(lambda: group_gone(server), 30)  # the server and, split, its engine core
+    finally:
+        run.kill()
