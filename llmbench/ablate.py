@@ -6,8 +6,10 @@ and `compare` can take the ablation directory itself."""
 
 from __future__ import annotations
 
+import json
 import logging
 import shlex
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,9 @@ from rich.table import Table
 
 from llmbench.config import RunConfig, load_config
 from llmbench.console import RunProgress
+from llmbench.metrics import median_over_trials
 from llmbench.results import default_run_dir
+from llmbench.stats import bootstrap_median_ci, bootstrap_ratio_ci, ratio
 from llmbench.study import StudyResult, run_point, write_json
 
 logger = logging.getLogger(__name__)
@@ -36,6 +40,10 @@ TOGGLES: dict[str, tuple[Any, Any]] = {
 DEFAULT_ORDER = [name for name in TOGGLES if name != "dependent_launch"]
 # toggles with nothing to act on without a GPU forward
 GPU_TOGGLES = ("cuda_graphs", "dependent_launch")
+DEFAULT_REPEAT = 3
+MAX_REPEAT = 100
+# the figures given with a 95% interval over a variant's trials
+INTERVAL_METRICS = (("metrics", "output_throughput"), ("steps", "mean_cpu_ms_per_step"))
 
 
 class AblationError(ValueError):
@@ -95,6 +103,13 @@ def plan(order: list[str], leave_one_out: bool) -> list[Variant]:
     return variants
 
 
+def check_repeat(repeat: int) -> int:
+    """Trials per variant; an absurd count is refused before anything runs."""
+    if not 1 <= repeat <= MAX_REPEAT:
+        raise AblationError(f"--repeat: expected 1 to {MAX_REPEAT} trials per variant, got {repeat}")
+    return repeat
+
+
 def run_ablation(
     config_path: Path,
     overrides: list[str],
@@ -102,11 +117,15 @@ def run_ablation(
     leave_one_out: bool,
     out_dir: Path | None,
     progress: RunProgress | None = None,
+    repeat: int = DEFAULT_REPEAT,
 ) -> StudyResult:
-    """Run every variant through the same code as `llmbench run`, writing ablation.json after each."""
+    """Run every variant `repeat` times through the same code as `llmbench run`, interleaved (trial 1 of
+    every variant, then trial 2, ...) so that a machine's drift spreads over all variants alike;
+    ablation.json is rewritten after each run."""
+    check_repeat(repeat)
     command = ["llmbench", "ablate", str(config_path), *(["--order", order_text] if order_text else [])]
     command += ["--leave-one-out"] if leave_one_out else []
-    command += [arg for item in overrides for arg in ("--set", item)]
+    command += ["--repeat", str(repeat), *[arg for item in overrides for arg in ("--set", item)]]
     order = parse_order(order_text)
     base = load_config(config_path, overrides)
     order = available(order, base)
@@ -116,64 +135,154 @@ def run_ablation(
     ablation: dict[str, Any] = {
         "command": shlex.join(command),
         "order": order,
+        "repeat": repeat,
         "complete": False,
         "variants": [],
     }
     result = StudyResult(out_dir, ablation)
-    for variant in plan(order, leave_one_out):
-        settings = [f"engine.{name}={value}" for name, value in variant.toggles.items()]
-        config = load_config(config_path, [*overrides, *settings])
-        config.name = f"{base.name} {variant.name}"
-        logger.info("variant %s: %s", variant.name, ", ".join(settings))
-        run = run_point(config, config_path, out_dir / variant.directory, progress, AblationError)
-        ablation["variants"].append(_entry(variant.name, variant.toggles, run.summary, variant.directory))
-        if variant.name == f"+{order[-1]}":
-            # the last step of the order is everything on: a whole bar closing the waterfall
-            ablation["variants"].append(_entry("all on", variant.toggles, run.summary, variant.directory))
-            write_json(out_dir / "summary.json", {**run.summary, "name": base.name})
-        write_json(out_dir / "ablation.json", ablation)
-        if run.interrupted:
-            result.interrupted = True
-            return result
+    variants = plan(order, leave_one_out)
+    trials: dict[str, list[dict[str, Any]]] = {variant.name: [] for variant in variants}
+    for trial in range(1, repeat + 1):
+        for variant in variants:
+            settings = [f"engine.{name}={value}" for name, value in variant.toggles.items()]
+            config = load_config(config_path, [*overrides, *settings])
+            config.name = f"{base.name} {variant.name}"
+            logger.info("trial %d/%d, variant %s: %s", trial, repeat, variant.name, ", ".join(settings))
+            run_dir = f"{variant.directory}/trial-{trial}"
+            run = run_point(config, config_path, out_dir / run_dir, progress, AblationError)
+            trials[variant.name].append(
+                {
+                    "trial": trial,
+                    "run_dir": run_dir,
+                    "metrics": run.summary["metrics"],
+                    "steps": run.summary["steps"],
+                }
+            )
+            ablation["variants"] = _entries(variants, trials, order)
+            if variant.name == f"+{order[-1]}":
+                # the directory's summary is all on's median trial, so report and compare can take it
+                median_run = _entry(variant, trials[variant.name])["run_dir"]
+                summary = json.loads((out_dir / median_run / "summary.json").read_text())
+                write_json(out_dir / "summary.json", {**summary, "name": base.name})
+            write_json(out_dir / "ablation.json", ablation)
+            if run.interrupted:
+                result.interrupted = True
+                return result
     ablation["complete"] = True
     write_json(out_dir / "ablation.json", ablation)
     return result
 
 
-def _entry(name: str, toggles: dict[str, Any], summary: dict[str, Any], run_dir: str) -> dict[str, Any]:
+def _entries(
+    variants: list[Variant], trials: dict[str, list[dict]], order: list[str]
+) -> list[dict[str, Any]]:
+    """ablation.json's variants measured so far, each with its effect against the variant it changes:
+    "+x" against the step before it, "-x" against all on; after the last step, "all on" again."""
+    all_on = f"+{order[-1]}"
+    entries: dict[str, dict[str, Any]] = {}
+    for i, variant in enumerate(variants):
+        if not trials[variant.name]:
+            continue
+        entry = _entry(variant, trials[variant.name])
+        against = all_on if variant.name.startswith("-") else variants[i - 1].name if i else None
+        if against in entries:
+            entry["vs_previous"] = _effect(entries[against], entry)
+        entries[variant.name] = entry
+    listed = []
+    for name, entry in entries.items():
+        listed.append(entry)
+        if name == all_on:
+            # a whole bar closing the waterfall
+            listed.append(
+                {key: value for key, value in entry.items() if key != "vs_previous"} | {"name": "all on"}
+            )
+    return listed
+
+
+def _entry(variant: Variant, done: list[dict[str, Any]]) -> dict[str, Any]:
+    """A variant's medians over its trials, their 95% intervals, and every trial's own figures."""
+    throughputs = [t["metrics"].get("output_throughput") or 0.0 for t in done]
+    median_trial = done[sorted(range(len(done)), key=throughputs.__getitem__)[(len(done) - 1) // 2]]
     return {
-        "name": name,
-        "toggles": toggles,
-        "metrics": summary["metrics"],
-        "steps": summary["steps"],
-        "run_dir": run_dir,
+        "name": variant.name,
+        "toggles": variant.toggles,
+        "metrics": median_over_trials([t["metrics"] for t in done]),
+        "steps": median_over_trials([t["steps"] for t in done]),
+        "run_dir": median_trial["run_dir"],  # the trial at the median throughput
+        "intervals": {
+            key: _interval([(t[section] or {}).get(key) for t in done]) for section, key in INTERVAL_METRICS
+        },
+        "trials": done,
     }
 
 
+def _interval(values: list[float | None]) -> list[float] | None:
+    known = [v for v in values if v is not None]
+    return list(bootstrap_median_ci(known)) if len(known) == len(values) else None
+
+
+def _effect(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Output throughput after / before, with a bootstrap interval over the trials: inside the noise
+    when the interval holds 1 (unknown with a single trial a side)."""
+    a = [t["metrics"].get("output_throughput") or 0.0 for t in before["trials"]]
+    b = [t["metrics"].get("output_throughput") or 0.0 for t in after["trials"]]
+    effect: dict[str, Any] = {
+        "against": before["name"],
+        "ratio": ratio(statistics.median(a), statistics.median(b)),
+    }
+    if len(a) >= 2 and len(b) >= 2:
+        low, high = bootstrap_ratio_ci(a, b)
+        effect.update(ci=[low, high], within_noise=low <= 1 <= high)
+    else:
+        effect.update(ci=None, within_noise=None)
+    return effect
+
+
 def ablation_table(ablation: dict[str, Any]) -> Table:
-    """Throughput, latency, GPU busy, CPU overhead and readback wait per variant, and the speedup
-    over all off."""
-    table = Table(title="ablation: " + " -> ".join(ablation["order"]))
-    columns = ("output tok/s", "mean TPOT ms", "mean TTFT ms", "GPU busy (step spans)", "CPU ms/step")
+    """Per variant, the median over its trials of throughput (with its interval and the effect of the
+    variant's toggle), latency, GPU busy, CPU overhead (with its interval) and readback wait, and the
+    speedup over all off."""
+    repeat = ablation.get("repeat", 1)
+    title = "ablation: " + " -> ".join(ablation["order"]) + f" (median of {repeat} interleaved trials)"
+    table = Table(title=title)
     table.add_column("variant")
-    for column in (*columns, "wait ms/step", "vs all off"):
+    columns = ("output tok/s", "95% CI", "toggle's effect", "mean TPOT ms", "mean TTFT ms")
+    columns += ("GPU busy (step spans)", "CPU ms/step", "95% CI", "wait ms/step", "vs all off")
+    for column in columns:
         table.add_column(column, justify="right")
     baseline = ablation["variants"][0]["metrics"].get("output_throughput") if ablation["variants"] else None
     for variant in ablation["variants"]:
         metrics, steps = variant["metrics"], variant["steps"] or {}
+        intervals = variant.get("intervals") or {}
         throughput = metrics.get("output_throughput")
         busy = steps.get("gpu_busy_step_spans", steps.get("gpu_busy_fraction"))  # older files: old name
         table.add_row(
             variant["name"],
             _fmt(throughput, "{:,.1f}"),
+            _range(intervals.get("output_throughput"), "{:,.0f}"),
+            _effect_text(variant.get("vs_previous")),
             _fmt(metrics.get("mean_tpot_ms"), "{:.2f}"),
             _fmt(metrics.get("mean_ttft_ms"), "{:.2f}"),
             _fmt(busy * 100 if busy is not None else None, "{:.1f}%"),
             _fmt(steps.get("mean_cpu_ms_per_step"), "{:.3f}"),
+            _range(intervals.get("mean_cpu_ms_per_step"), "{:.3f}"),
             _fmt(steps.get("mean_wait_ms"), "{:.3f}"),
             _fmt(throughput / baseline if throughput and baseline else None, "{:.2f}x"),
         )
     return table
+
+
+def _effect_text(effect: dict[str, Any] | None) -> str:
+    if effect is None:
+        return "-"
+    change = f"{effect['ratio'] - 1:+.0%}"
+    if effect["within_noise"] is None:
+        return change
+    return f"{change} (noise)" if effect["within_noise"] else change
+
+
+def _range(interval: list[float] | None, fmt: str) -> str:
+    return "-" if interval is None else f"{fmt.format(interval[0])}-{fmt.format(interval[1])}"
 
 
 def _fmt(value: float | None, fmt: str) -> str:

@@ -35,6 +35,9 @@ def ablate(
     leave_one_out: Annotated[
         bool, typer.Option("--leave-one-out", help="Also run all on with each toggle off")
     ] = False,
+    repeat: Annotated[
+        int, typer.Option(help="Trials per variant, interleaved: trial 1 of every variant, then trial 2, ...")
+    ] = 3,
     set_: SetOption = None,
     out: Annotated[Path | None, typer.Option(help="Directory (default: results/NAME-ablation-TIME)")] = None,
     no_report: NoReportOption = False,
@@ -42,9 +45,12 @@ def ablate(
 ) -> None:
     """Run a workload with every optimization off, then add them one at a time; write ablation.json.
 
+    Each variant runs --repeat times; the table shows medians with their 95% intervals, and a toggle whose
+    effect lies inside the trial noise is marked as such.
+
     Example:
 
-        llmbench ablate configs/ci.yaml --order process_split,num_scheduler_steps --leave-one-out
+        llmbench ablate configs/ci.yaml --order process_split,num_scheduler_steps --leave-one-out --repeat 5
     """
     from llmbench.ablate import AblationError, ablation_table, run_ablation
 
@@ -53,7 +59,7 @@ def ablate(
     failure = f"ablation failed; variants measured so far are in {out or 'results/'}"
     # Ctrl-C while a variant's model loads; during a run, run_benchmark keeps what it measured
     with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
-        result = run_ablation(config, set_ or [], order, leave_one_out, out, progress)
+        result = run_ablation(config, set_ or [], order, leave_one_out, out, progress, repeat)
     _show_study(ablation_table(result.data), result, no_report)
 
 

@@ -91,12 +91,16 @@ def latency_stats(name: str, values_ms: Sequence[float], percentiles: Sequence[f
 
 
 def median_over_trials(trials: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Per-metric median over repeated trials (None where a trial has no value)."""
+    """Per-metric median over repeated trials (None where no trial has a value); a value that is not a
+    number (a step summary's peaks_source) is the first trial's."""
     merged = {}
     for key in trials[0]:
         values = [t[key] for t in trials if t.get(key) is not None]
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            merged[key] = trials[0][key]
+            continue
         merged[key] = float(np.median(values)) if values else None
-        if values and all(isinstance(t[key], int) for t in trials if t.get(key) is not None):
+        if values and all(isinstance(v, int) for v in values):
             merged[key] = int(round(merged[key]))
     return merged
 

@@ -45,6 +45,18 @@ def bootstrap_ratio_ci(
     return float(low), float(high)
 
 
+def bootstrap_median_ci(
+    values: Sequence[float], confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of one sample's median (for 3 trials: about their range)."""
+    rng = np.random.default_rng(seed)
+    v = np.asarray(values, dtype=float)
+    medians = np.median(rng.choice(v, size=(resamples, v.size)), axis=1)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(medians, [tail, 1 - tail])
+    return float(low), float(high)
+
+
 def detectable_worsening(
     ratios: np.ndarray, point: float, threshold: float, higher_is_better: bool, power: float = 0.9
 ) -> float:

@@ -61,6 +61,8 @@ def test_ablate_runs_each_variant_through_llmbench_run(null_config_file, tmp_pat
         str(null_config_file),
         "--order",
         "process_split,num_scheduler_steps",
+        "--repeat",
+        "1",
         "--out",
         str(out),
     ]
@@ -69,7 +71,7 @@ def test_ablate_runs_each_variant_through_llmbench_run(null_config_file, tmp_pat
 
     ablation = json.loads((out / "ablation.json").read_text())
     assert ablation["order"] == ["process_split", "num_scheduler_steps"] and ablation["complete"]
-    assert ablation["command"] == " ".join(["llmbench", *args[:4], "--set", "output.save_tokens=true"])
+    assert ablation["command"] == " ".join(["llmbench", *args[:6], "--set", "output.save_tokens=true"])
     names = [v["name"] for v in ablation["variants"]]
     assert names == ["all off", "+process_split", "+num_scheduler_steps", "all on"]
     assert ablation["variants"][-1]["toggles"] == {"process_split": True, "num_scheduler_steps": 8}
@@ -78,6 +80,7 @@ def test_ablate_runs_each_variant_through_llmbench_run(null_config_file, tmp_pat
     tokens = []
     for variant in ablation["variants"][:3]:
         run_dir = out / variant["run_dir"]
+        assert variant["run_dir"].endswith("/trial-1")
         summary = load_summary(run_dir)
         assert summary["complete"] and summary["metrics"] == variant["metrics"]
         assert summary["config"]["engine"]["process_split"] == variant["toggles"]["process_split"]
@@ -96,3 +99,81 @@ def test_ablate_runs_each_variant_through_llmbench_run(null_config_file, tmp_pat
     )
     assert (out / "ablation_t.png").is_file() and "+num_scheduler_steps" in (out / "report.html").read_text()
     assert "vs all off" in result.output and "1.00x" in result.output
+
+
+def test_repeated_variants_are_interleaved_and_keep_every_trial(null_config_file, tmp_path):
+    out = tmp_path / "ablation"
+    args = ["ablate", str(null_config_file), "--order", "async_output,num_scheduler_steps", "--repeat", "3"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out), "--no-report"])
+    assert result.exit_code == 0, result.output
+    ablation = json.loads((out / "ablation.json").read_text())
+    assert ablation["repeat"] == 3 and ablation["complete"]
+    variants = ablation["variants"][:3]
+    # trial 1 of every variant, then trial 2 of every variant, ...
+    run_dirs = [out / v["trials"][k]["run_dir"] for k in range(3) for v in variants]
+    assert [d.relative_to(out).as_posix() for d in run_dirs[:3]] == [
+        "00-all-off/trial-1",
+        "01-async_output/trial-1",
+        "02-num_scheduler_steps/trial-1",
+    ]
+    started = [(d / "config.yaml").stat().st_mtime_ns for d in run_dirs]
+    assert started == sorted(started)
+    for variant in variants:
+        assert [t["trial"] for t in variant["trials"]] == [1, 2, 3]
+        throughputs = sorted(t["metrics"]["output_throughput"] for t in variant["trials"])
+        assert variant["metrics"]["output_throughput"] == pytest.approx(throughputs[1])
+        median_trial = next(t for t in variant["trials"] if t["run_dir"] == variant["run_dir"])
+        assert median_trial["metrics"]["output_throughput"] == throughputs[1]
+        low, high = variant["intervals"]["output_throughput"]
+        assert throughputs[0] <= low <= throughputs[1] <= high <= throughputs[2]
+        for trial in variant["trials"]:
+            assert load_summary(out / trial["run_dir"])["metrics"] == trial["metrics"]
+    effect = variants[1]["vs_previous"]
+    assert effect["against"] == "all off" and len(effect["ci"]) == 2
+    assert effect["within_noise"] == (effect["ci"][0] <= 1 <= effect["ci"][1])
+    assert "vs_previous" not in variants[0] and "vs_previous" not in ablation["variants"][-1]
+    all_on = load_summary(out / ablation["variants"][-1]["run_dir"])
+    assert load_summary(out)["metrics"] == all_on["metrics"]
+    assert "median of 3 interleaved trials" in result.output
+
+
+@pytest.mark.parametrize("repeat", ["0", "-3", "1000000000000"])
+def test_absurd_repeat_counts_exit_2_before_anything_runs(null_config_file, tmp_path, repeat):
+    out = tmp_path / "ablation"
+    result = CliRunner().invoke(app, ["ablate", str(null_config_file), "--repeat", repeat, "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert f"--repeat: expected 1 to 100 trials per variant, got {repeat}" in result.output
+    assert not out.exists()
+
+
+def test_a_toggle_inside_the_noise_is_shown_as_such():
+    from llmbench.ablate import _entries, ablation_table
+
+    def trial(k: int, throughput: float) -> dict:
+        return {
+            "trial": k,
+            "run_dir": f"d/trial-{k}",
+            "metrics": {"output_throughput": throughput},
+            "steps": {},
+        }
+
+    variants = plan(["prefix_caching", "async_output"], leave_one_out=False)
+    trials = {
+        "all off": [trial(1, 100.0), trial(2, 90.0), trial(3, 110.0)],
+        "+prefix_caching": [trial(1, 115.0), trial(2, 95.0), trial(3, 105.0)],  # +5%, inside the noise
+        "+async_output": [trial(1, 160.0), trial(2, 155.0), trial(3, 150.0)],  # +48%, clear
+    }
+    entries = _entries(variants, trials, ["prefix_caching", "async_output"])
+    effects = {e["name"]: e.get("vs_previous") for e in entries}
+    assert effects["+prefix_caching"]["within_noise"] is True
+    assert effects["+prefix_caching"]["ratio"] == pytest.approx(105 / 100)
+    assert effects["+async_output"]["within_noise"] is False
+    assert effects["+async_output"]["ratio"] == pytest.approx(155 / 105)
+    from rich.console import Console
+
+    console = Console(width=250, record=True)
+    console.print(
+        ablation_table({"order": ["prefix_caching", "async_output"], "repeat": 3, "variants": entries})
+    )
+    text = console.export_text()
+    assert "+5% (noise)" in text and "+48%" in text and "+48% (noise)" not in text

@@ -160,3 +160,12 @@ def test_step_summary():
     assert s["mean_wait_ms"] == pytest.approx(2.0)
     assert s["mean_gpu_ms"] == pytest.approx(4.0)
     assert summarize_steps([])["num_steps"] == 0
+
+
+def test_median_over_trials_keeps_values_that_are_not_numbers():
+    trials = [
+        {"mean_cpu_ms_per_step": 0.2, "peaks_source": "default (H200)", "mbu": None},
+        {"mean_cpu_ms_per_step": 0.4, "peaks_source": "default (H200)", "mbu": None},
+    ]
+    merged = median_over_trials(trials)
+    assert merged == {"mean_cpu_ms_per_step": pytest.approx(0.3), "peaks_source": "default (H200)", "mbu": None}
