@@ -43,14 +43,17 @@ def esc(value: Any) -> str:
 
 def table(header: list[str], rows: list[list[str]], text_columns: tuple[int, ...] = (), css: str = "") -> str:
     """`header` and `rows` hold already-escaped HTML fragments; wide tables scroll inside the page."""
-    head = "".join(f"<th>{h}</th>" for h in header)
+    head = "".join(
+        f'<th class="text">{h}</th>' if i in text_columns else f"<th>{h}</th>" for i, h in enumerate(header)
+    )
+    thead = f"<thead><tr>{head}</tr></thead>" if any(header) else ""  # a key-value table needs no heading
 
     def cell(i: int, content: str) -> str:
         return f'<td class="text">{content}</td>' if i in text_columns else f"<td>{content}</td>"
 
     body = "".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(row)) + "</tr>" for row in rows)
     attr = f' class="{css}"' if css else ""
-    return f'<div class="wide"><table{attr}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    return f'<div class="wide"><table{attr}>{thead}<tbody>{body}</tbody></table></div>'
 
 
 def metric_table(keys: list[str], columns: list[tuple[str, dict[str, Any]]]) -> str:

@@ -1,7 +1,8 @@
-"""The report as a user sees it: headless Chromium loads report.html, logs no console errors and
-paints a page that is not blank. CI installs Debian's chromium, so there the test must run."""
+"""The report as a user sees it: headless Chromium loads report.html, logs no console errors, draws
+every chart and paints a page that is not blank. CI installs Debian's chromium, so there the test must run."""
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from llmbench.report import write_report
 from tests.llmbench.run_dirs import make_run_dir, write_ablation
+from tests.llmbench.test_report import study_dir
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 IN_CI = os.environ.get("CI") == "true"
@@ -19,12 +21,8 @@ WINDOW = (1280, 2000)
 pytestmark = pytest.mark.skipif(CHROMIUM is None and not IN_CI, reason="chromium not installed")
 
 
-def render(page: Path, tmp_path: Path) -> tuple[list[str], Path]:
-    """Console lines Chromium logged while loading `page`, and its screenshot."""
-    if CHROMIUM is None:
-        pytest.fail("chromium is required in CI (.ci/run installs it)")
-    shot = tmp_path / f"{page.stem}.png"
-    flags = [
+def chromium_flags(tmp_path: Path) -> list[str]:
+    return [
         "--headless",
         "--no-sandbox",
         "--disable-gpu",
@@ -36,9 +34,16 @@ def render(page: Path, tmp_path: Path) -> tuple[list[str], Path]:
         f"--user-data-dir={tmp_path / 'profile'}",
         "--enable-logging=stderr",
         "--v=0",
-        f"--screenshot={shot}",
         f"--window-size={WINDOW[0]},{WINDOW[1]}",
     ]
+
+
+def render(page: Path, tmp_path: Path) -> tuple[list[str], Path]:
+    """Console lines Chromium logged while loading `page`, and its screenshot."""
+    if CHROMIUM is None:
+        pytest.fail("chromium is required in CI (.ci/run installs it)")
+    shot = tmp_path / f"{page.stem}.png"
+    flags = [*chromium_flags(tmp_path), f"--screenshot={shot}"]
     proc = subprocess.run([CHROMIUM, *flags, page.as_uri()], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
@@ -61,6 +66,22 @@ def test_report_loads_without_console_errors_and_is_not_blank(tmp_path):
 
     console, shot = render(report, tmp_path)
     assert console == []  # the hostile prompt and name were shown as text, never run
+
+    study = write_report(
+        [study_dir(tmp_path / "study", "ablation", ["all off", "+chunked_prefill"])], tmp_path / "study"
+    )
+    assert render(study, tmp_path)[0] == []
+    dom = subprocess.run(
+        [CHROMIUM, *chromium_flags(tmp_path), "--dump-dom", study.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    for heading in ("Headline figures", "Step time breakdown", "Ablation and sweep", "Latency", "Over time"):
+        assert f"<h2>{heading}</h2>" in dom
+    canvases = re.findall(r"<canvas[^>]*>", dom)
+    assert len(canvases) == 9  # breakdown, ablation bars, four CDFs, throughput, queue, KV blocks
+    assert all("box-sizing: border-box" in c for c in canvases)  # Chart.js sized and drew each one
 
     pixels = matplotlib.image.imread(shot)[..., :3]
     assert pixels.shape[:2] == (WINDOW[1], WINDOW[0])

@@ -14,8 +14,15 @@ from llmbench.report.step_parts import GPU, HOST, OTHER, segments
 
 
 def _host(points: list[tuple[Point, dict[str, float]]]) -> list[tuple[str, str, str]]:
-    """The host parts that took time in some point (IPC only with a process split, say)."""
-    return [part for part in (*HOST, OTHER) if any(s[part[0]] > 0 for _, s in points)]
+    """The phases that took time in some point (IPC only with a process split, say), and the rest of
+    the step where it is a visible share (1%): else it is timer rounding."""
+    phases = [part for part in HOST if any(s[part[0]] > 0 for _, s in points)]
+    rest = any(s[OTHER[0]] > 0.01 * _host_total(s) for _, s in points)
+    return phases + ([OTHER] if rest else [])
+
+
+def _host_total(parts: dict[str, float]) -> float:
+    return sum(parts[key] for key, _, _ in (*HOST, OTHER))
 
 
 def _datasets(points: list[tuple[Point, dict[str, float]]], gpu: bool) -> list[dict[str, Any]]:

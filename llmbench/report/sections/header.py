@@ -130,6 +130,11 @@ def _study_lines(page: Page) -> list[str]:
             lines.append(
                 f"{group.title}: {len(group.points)} variants, toggles switched on in turn: {order}."
             )
+            if page.runs and not page.files:
+                lines.append(
+                    "The settings below are the last variant's; "
+                    "each variant's toggles are under Ablation and sweep."
+                )
         elif group.kind == "sweep":
             rates = ", ".join(p.label for p in group.points)
             lines.append(f"{group.title}: the same workload at offered rates {rates}.")

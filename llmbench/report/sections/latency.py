@@ -48,7 +48,7 @@ def _per_metric(points: list[Point]) -> str:
             f'<h4 title="{esc(definition)}">{esc(label)} (ms)</h4>'
             + table(["", *(esc(h) for _, h in columns)], rows)
         )
-    return "".join(parts)
+    return '<div class="charts2">' + "".join(parts) + "</div>"
 
 
 def _cdfs(points: list[Point]) -> str:
