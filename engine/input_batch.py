@@ -22,6 +22,10 @@ from engine.models.llama import AttentionMetadata
 _ALIGN = 4  # int32 entries in 16 bytes
 
 
+def _padded(size: int) -> int:
+    return -(-size // _ALIGN) * _ALIGN
+
+
 @dataclass
 class ModelInput:
     input_ids: torch.Tensor  # [T] int32 or int64
@@ -152,40 +156,44 @@ class InputBuffers:
         table = self.block_tables.table
         slots = table[token_rows, positions // bs] * bs + positions % bs
         width = int(num_blocks.max())
-        # one buffer, one copy: sections in this order, each starting on a 16-byte boundary (Triton
-        # specializes kernels on pointer alignment: an unaligned view would compile a second variant
-        # of a kernel mid-run, ~0.7 s on an H200, when the batch's shape shifts the sections)
-        sections = (input_ids, positions, seq_lens, query_start, sample_rows, None, slots)
-        sections += (batch.feed_rows, batch.feed_cols)
-        sizes = [len(input_ids), positions.size, seq_lens.size, n + 1, len(sample_rows), n * width]
-        sizes += [2 * slots.size, len(batch.feed_rows), len(batch.feed_cols)]
-        starts = np.cumsum([0] + [-(-size // _ALIGN) * _ALIGN for size in sizes]).tolist()
+        # one buffer, one copy: sections in this order, each starting on a 16-byte boundary, and so
+        # does each forward's row of a window (Triton specializes kernels on pointer alignment: an
+        # unaligned view would compile a second variant of a kernel mid-run, ~0.7 s on an H200, when
+        # the batch's shape shifts the sections)
+        num_tokens, num_feed = len(input_ids), len(batch.feed_rows)
+        row_t, row_n = _padded(num_tokens), _padded(n)
+        sizes = [num_tokens, num_steps * row_t, num_steps * row_n, n + 1, len(sample_rows), n * width]
+        sizes += [2 * num_steps * row_t, num_feed, num_feed]
+        starts = np.cumsum([0] + [_padded(size) for size in sizes]).tolist()
         host = self._host(starts[-1]).numpy()
-        for values, start, size in zip(sections, starts, sizes, strict=False):
-            if not size:
-                continue
-            if values is None:  # the block tables, gathered from their rows straight into the buffer
-                np.take(table[:, :width], rows, axis=0, out=host[start : start + size].reshape(n, width))
-            elif values is slots:
-                host[start : start + size].view(np.int64)[:] = slots.reshape(-1)
-            else:
-                host[start : start + size] = np.reshape(values, -1)
+        ids_h, positions_h, seq_lens_h, query_start_h, sample_rows_h, tables_h, slots_h, rows_h, cols_h = (
+            host[start : start + size] for start, size in zip(starts, sizes, strict=False)
+        )
+        ids_h[:] = input_ids
+        positions_h.reshape(num_steps, row_t)[:, :num_tokens] = positions
+        seq_lens_h.reshape(num_steps, row_n)[:, :n] = seq_lens
+        query_start_h[:] = query_start
+        sample_rows_h[:] = sample_rows
+        np.take(table[:, :width], rows, axis=0, out=tables_h.reshape(n, width))
+        slots_h.view(np.int64).reshape(num_steps, row_t)[:, :num_tokens] = slots
+        if num_feed:
+            rows_h[:], cols_h[:] = batch.feed_rows, batch.feed_cols
         device = self._send(starts[-1])
         ids, positions, seq_lens, query_start, sample_rows, tables, slots, feed_rows, feed_cols = (
             device[start : start + size] for start, size in zip(starts, sizes, strict=False)
         )
-        if batch.feed_rows:
+        if num_feed:
             # async output: decodes whose input token was still unknown at scheduling take it from
             # the step in flight's sampled tokens, on the device, without a host round trip
             ids[feed_rows] = batch.feed_tokens[-1, feed_cols].to(ids.dtype)
-        slots = slots.view(torch.int64)
+        positions = positions.view(num_steps, row_t)[:, :num_tokens]
+        seq_lens = seq_lens.view(num_steps, row_n)[:, :n]
+        slots = slots.view(torch.int64).view(num_steps, row_t)[:, :num_tokens]
         tables = tables.view(n, width)
-        if num_steps == 1:
-            attn = AttentionMetadata(slots, tables, seq_lens, query_start, batch.is_decode_only)
-            return ModelInput(ids, positions, attn, sample_rows)
-        positions, seq_lens, slots = (t.view(num_steps, n) for t in (positions, seq_lens, slots))
+        decode_only = batch.is_decode_only
         attns = [
-            AttentionMetadata(slots[k], tables, seq_lens[k], query_start, True) for k in range(num_steps)
+            AttentionMetadata(slots[k], tables, seq_lens[k], query_start, decode_only)
+            for k in range(num_steps)
         ]
         later = [(positions[k], attns[k]) for k in range(1, num_steps)]
         return ModelInput(ids, positions[0], attns[0], sample_rows, later)

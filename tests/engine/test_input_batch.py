@@ -164,6 +164,9 @@ def test_a_multi_step_window_is_built_on_the_host_and_stops_at_each_last_output(
     batch = ScheduledBatch(seqs, num_steps=num_steps)
     inputs = InputBuffers(BLOCK, torch.device("cpu")).prepare(batch)
     assert len(inputs.later) == num_steps - 1
+    # three rows: each forward's row of the window starts on a 16-byte boundary all the same
+    views = [t for positions, attn in inputs.later for t in (positions, attn.slot_mapping, attn.seq_lens)]
+    assert all(v.data_ptr() % 16 == 0 for v in views), [v.data_ptr() % 16 for v in views]
     assert packed_inputs(inputs) == expected_inputs(batch)
     if num_steps > 1:
         assert packed_inputs(inputs)["positions"] == [[9, 10, 11], [10, 11, 12], [11, 12, 12], [12, 12, 12]]
