@@ -1,0 +1,48 @@
+"""The step-span GPU busy figure is `gpu_busy_step_spans`; result files written before the rename hold
+it as `gpu_busy_fraction`, and the ablation table and compare read it from there."""
+
+import io
+
+from rich.console import Console
+
+from llmbench.ablate import ablation_table
+from llmbench.compare import REGRESSION, compare_summaries, parse_metric_spec
+from llmbench.step_stats import summarize_steps
+
+
+def rows() -> list[dict]:
+    return [
+        {"t_start": 0.0, "t_end": 0.010, "gpu_start": 0.002, "gpu_end": 0.010, "gpu_ms": 8.0, "num_steps": 1},
+        {
+            "t_start": 0.010,
+            "t_end": 0.020,
+            "gpu_start": 0.015,
+            "gpu_end": 0.020,
+            "gpu_ms": 5.0,
+            "num_steps": 1,
+        },
+    ]
+
+
+def test_summary_names_the_figure_step_spans():
+    steps = summarize_steps(rows())
+    assert steps["gpu_busy_step_spans"] == 13 / 20 and "gpu_busy_fraction" not in steps
+
+
+def test_compare_reads_the_old_name_in_an_older_baseline():
+    old = {"metrics": {"completed": 4}, "steps": {"gpu_busy_fraction": 0.9}}
+    new = {"metrics": {"completed": 4}, "steps": {"gpu_busy_step_spans": 0.6}}
+    check = parse_metric_spec("steps.gpu_busy_step_spans")
+    verdict = next(v for v in compare_summaries(old, new, [check]) if v.metric == check.name)
+    assert (verdict.baseline, verdict.current, verdict.verdict) == (0.9, 0.6, REGRESSION)
+
+
+def test_ablation_table_shows_an_older_files_figure_as_step_span_busy():
+    variants = [
+        {"name": "all off", "metrics": {"output_throughput": 100.0}, "steps": {"gpu_busy_fraction": 0.91}},
+        {"name": "all on", "metrics": {"output_throughput": 150.0}, "steps": {"gpu_busy_step_spans": 0.42}},
+    ]
+    out = io.StringIO()
+    Console(file=out, width=250).print(ablation_table({"order": ["a"], "variants": variants}))
+    text = out.getvalue()
+    assert "GPU busy (step spans)" in text and "91.0%" in text and "42.0%" in text
