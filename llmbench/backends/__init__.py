@@ -33,9 +33,9 @@ class ModelInfo:
 
 @dataclass
 class ServedOutput(RequestOutput):
-    """An output read from an HTTP stream. Its t_emit is when the client read it, on the runner's clock,
-    so the runner records that instead of the time its poll handed it over; the finished one carries
-    the engine's own timestamps for the request when the server is ours (perf_counter seconds)."""
+    """An output read from an HTTP stream, its t_emit when the client read it (on the runner's clock);
+    the finished one carries the engine's own timestamps for the request when the server is ours
+    (perf_counter seconds)."""
 
     server_timestamps: dict[str, Any] | None = None
 

@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 POLL_WAIT_S = 0.001  # poll() waits this long for a chunk: short, so a due submit is never held back
 UNKNOWN_TOKEN = -1  # output token ids a server does not return (requests.jsonl with output.save_tokens)
 FINISH_REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
+OPEN_FILES = 65536  # the soft limit raised to this (or the hard limit) for one socket per stream
 SERVER_TIMES = ("t_queued", "t_scheduled", "t_first_token", "t_token_handed")
 
 
@@ -176,6 +177,7 @@ class OpenAIBackend:
         import httpx
 
         # as many connections as streams: the workload's concurrency is the client's, not a pool's
+        _raise_open_file_limit()
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         return httpx.AsyncClient(headers=self._headers, timeout=self._timeout, limits=limits)
 
@@ -266,6 +268,16 @@ class OpenAIBackend:
     def _fail(self, request_id: str, message: str) -> None:
         now = time.perf_counter()
         self._outputs.put(ServedOutput(request_id, [], True, FinishReason.ERROR, message, now))
+
+
+def _raise_open_file_limit() -> None:
+    """A socket a stream: thousands at once pass a default soft limit of 1024 (SGLang's client does this)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 def _shift(value, shift: float):

@@ -219,3 +219,22 @@ def test_text_prompt_format_sends_text(bpe_file):
         with pytest.raises(ValueError, match="no tokenizer at"):
             connected(server.url, "backend.prompt_format=text", "model.tokenizer=/no/tokenizer.json")
     assert isinstance(server.bodies[0]["prompt"], str)
+
+
+def test_more_streams_than_the_default_open_file_limit():
+    import resource
+
+    limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if limits[1] != resource.RLIM_INFINITY and limits[1] < 1024:
+        pytest.skip("the hard open-file limit is below the test's streams")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, limits[1]))
+    try:
+        with SSEServer([Script(chunks=[1, 1], gap_s=0.05) for _ in range(400)]) as server:
+            backend = connected(server.url)  # client and server sockets: 800 descriptors at once
+            try:
+                outputs = drive(backend, 400)
+            finally:
+                backend.close()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+    assert all(out[-1].error is None and out[-1].finished for out in outputs.values())
