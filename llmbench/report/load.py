@@ -104,7 +104,9 @@ def read_json(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ReportError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as e:
         raise ReportError(f"{path}: not valid JSON ({e.msg})") from None
     if not isinstance(data, dict):
@@ -116,14 +118,21 @@ def _read_requests(path: Path) -> list[dict[str, Any]] | None:
     if not path.is_file():
         return None
     rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    lines = path.read_bytes().split(b"\n")
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            # a run killed mid-write leaves a torn last line; anything earlier is a real error
-            log.warning("%s:%d: unreadable request row skipped", path, number)
+            row = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        elif number == len(lines):
+            # each row is written with its newline: a run killed mid-write leaves a torn last line
+            log.warning("%s:%d: torn last request row skipped", path, number)
+        else:
+            raise ReportError(f"{path}:{number}: not a request row (a JSON object per line)")
     return rows
 
 
