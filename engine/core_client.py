@@ -140,9 +140,27 @@ class EngineCoreClient:
     # the pipe
 
     def _flush(self) -> None:
-        if self._commands:
-            self._push.send(msg.encoder.encode(self._commands))
-            self._commands = []
+        if not self._commands:
+            return
+        try:
+            payload = msg.encoder.encode(self._commands)
+        except OverflowError:  # an integer past 64 bits somewhere: find its request, send the rest
+            payload = msg.encoder.encode([c for c in self._commands if self._encodes(c)])
+        self._push.send(payload)
+        self._commands = []
+
+    def _encodes(self, command: msg.Command) -> bool:
+        """Whether the command encodes; an Add that does not fails alone, as a bad request does."""
+        try:
+            msg.encoder.encode(command)
+            return True
+        except OverflowError as e:
+            self._unfinished[command.request_id] -= 1
+            if self._unfinished[command.request_id] <= 0:
+                del self._unfinished[command.request_id]
+            error = f"cannot be sent to the engine core: {e}"
+            self._outputs.append(RequestOutput(command.request_id, [], True, FinishReason.ERROR, error))
+            return False
 
     def _receive(self, timeout_ms: int | None) -> None:
         """Take every message waiting, after waiting up to timeout_ms (None: until one comes) for the

@@ -7,8 +7,6 @@ from engine.request import SamplingParams
 from engine.serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
 from engine.serving.tokenizer import ChatTemplateError, TextTokenizer
 
-MIN_TEMPERATURE = 0.01  # as vLLM: a smaller positive temperature overflows the logits; it is raised to this
-
 
 class BadRequest(ValueError):
     """The request cannot be served as asked: a 400 with this message."""
@@ -76,12 +74,9 @@ def sampling_params(
     bad_stop = [t for t in body.stop_token_ids if t >= vocab_size]
     if bad_stop:
         raise BadRequest(f"stop_token_ids: {bad_stop[0]} is outside the vocabulary [0, {vocab_size})")
-    temperature = body.temperature
-    if 0 < temperature < MIN_TEMPERATURE:
-        temperature = MIN_TEMPERATURE
     params = SamplingParams(
         max_tokens=max_tokens,
-        temperature=temperature,
+        temperature=body.temperature,
         top_k=max(body.top_k, 0),
         top_p=body.top_p,
         seed=body.seed,

@@ -29,7 +29,7 @@ class SamplingRequest(OpenAIModel):
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[Number, Field(ge=0)] = 1.0
     top_p: Annotated[Number, Field(gt=0, le=1)] = 1.0
-    top_k: Annotated[int, Field(ge=-1)] = -1  # vLLM: -1 (or 0) keeps every token
+    top_k: Annotated[Int64, Field(ge=-1)] = -1  # vLLM: -1 (or 0) keeps every token
     seed: Int64 | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[TokenId] = []

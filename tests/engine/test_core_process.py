@@ -158,7 +158,11 @@ def test_numpy_ids_are_sent_as_ints_and_a_bad_prompt_fails_alone(client):
     client.add_request("np", list(np.arange(3, 9)), SamplingParams(max_tokens=3))
     client.add_request("text", ["a", "b"], SamplingParams())
     client.add_request("params", [3, 4], {"max_tokens": 3})
+    client.add_request("seed", [3, 4], SamplingParams(max_tokens=2, seed=2**70))  # wider than msgpack's ints
+    client.add_request("next", [3, 4], SamplingParams(max_tokens=2))  # in the same message
     _, finished = drain(client)
+    assert finished["seed"].error.startswith("cannot be sent to the engine core: can't serialize ints")
+    assert finished["next"].finish_reason is FinishReason.LENGTH
     assert finished["np"].finish_reason is FinishReason.LENGTH and len(finished["np"].token_ids) == 3
     assert finished["text"].error == "prompt token ids must be integers"
     assert finished["params"].error == "params must be SamplingParams, got dict"

@@ -132,7 +132,8 @@ BAD_REQUESTS = [
     ("/v1/completions", {"prompt": "hi", "n": 2}, 400, "n: only 1 is supported"),
     ("/v1/completions", {"prompt": "hi", "min_tokens": 20, "max_tokens": 5}, 400, "min_tokens"),
     ("/v1/completions", {"prompt": "hi", "stop_token_ids": [600]}, 400, "stop_token_ids: 600"),
-    ("/v1/completions", {"prompt": "hi", "seed": 2**64}, 400, "seed"),
+    ("/v1/completions", {"prompt": "hi", "seed": 2**64}, 400, "seed"),  # msgpack carries 64 bits
+    ("/v1/completions", {"prompt": "hi", "top_k": 2**63}, 400, "top_k"),
     ("/v1/completions", {"prompt": "hi", "logprobs": 2}, 400, "logprobs: not supported"),
     ("/v1/completions", {"prompt": "hi", "model": "gpt-4"}, 404, "the model `gpt-4` does not exist"),
     ("/v1/completions", {"max_tokens": 3}, 400, "prompt: Field required"),
