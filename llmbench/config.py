@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,6 +154,8 @@ class BackendConfig:
     def __post_init__(self) -> None:
         if self.type == "openai" and not self.url:
             raise ConfigError("url", "backend.type openai needs the server's base URL (http://host:8000/v1)")
+        if self.url is not None and not re.fullmatch(r"https?://[^\s/?#]+(/\S*)?", self.url):
+            raise ConfigError("url", f"expected an http:// or https:// URL, got {clip(repr(self.url), 60)}")
         if self.endpoint == "chat" and self.prompt_format == "token_ids":
             raise ConfigError("prompt_format", "the chat endpoint takes text: set prompt_format: text")
 

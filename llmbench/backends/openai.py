@@ -138,6 +138,8 @@ class OpenAIBackend:
             response = httpx.get(f"{self._url}/models", headers=self._headers, timeout=30.0)
             response.raise_for_status()
             cards = response.json()["data"]
+        except httpx.InvalidURL as e:
+            raise ValueError(f"backend.url: {e}") from None
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
             if model is not None:  # not every server lists its models; the name is all we need
                 logger.warning("GET %s/models failed (%s); using backend.model %s", self._url, e, model)

@@ -140,11 +140,15 @@ def test_api_key_from_the_named_environment_variable(monkeypatch):
     assert server.headers[0]["authorization"] == "Bearer sekrit"
 
 
-def test_chat_needs_text_prompts():
+def test_config_mistakes_name_their_key():
     with pytest.raises(ConfigError, match="prompt_format"):
         config("http://x/v1", "backend.endpoint=chat")
     with pytest.raises(ConfigError, match="backend.url"):
         parse_config(RUN, ["backend.type=openai"])
+    with pytest.raises(ConfigError, match="backend.url: expected an http:// or https:// URL"):
+        config("ftp://x/v1")
+    with pytest.raises(ValueError, match="backend.url: Invalid port"):
+        connected("http://[::1/v1", "backend.model=m")
 
 
 def test_run_writes_every_request_and_the_vllm_metrics(tmp_path):
