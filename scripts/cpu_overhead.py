@@ -1,13 +1,17 @@
 """Host time per engine step with 256 sequences decoding, null executor (no model forward, but the model
 runner's own input preparation into host buffers), single-step and 8 scheduler steps: the CPU-overhead
-figures of the engine core.
-    python scripts/cpu_overhead.py --out results/cpu/cpu_overhead.json"""
+figures of the engine core. With --gpu the same on CUDA with the real model runner (Llama-3-8B shapes,
+random bfloat16 weights, CUDA graphs on), adding the median GPU time of a step.
+    python scripts/cpu_overhead.py --out results/cpu/cpu_overhead.json
+    python scripts/cpu_overhead.py --gpu --out results/h200/cpu_overhead.json"""
 
 import argparse
 import json
 import platform
 import statistics
 from pathlib import Path
+
+import torch
 
 from engine.config import EngineConfig, ModelConfig
 from engine.llm_engine import LLMEngine
@@ -16,13 +20,18 @@ from engine.request import SamplingParams
 NUM_SEQS, FORWARDS = 256, 400
 
 
-def measure(num_scheduler_steps: int) -> dict:
+def measure(num_scheduler_steps: int, gpu: bool) -> dict:
+    if gpu:
+        model = ModelConfig(preset="llama3-8b", device="cuda", dtype="bfloat16")
+    else:
+        model = ModelConfig(preset="llama3-8b", executor="null")
     engine = LLMEngine(
         EngineConfig(
-            model=ModelConfig(preset="llama3-8b", executor="null"),
+            model=model,
             max_num_seqs=NUM_SEQS,
             max_model_len=4096,
             num_scheduler_steps=num_scheduler_steps,
+            cuda_graphs=gpu,
         )
     )
     for i in range(NUM_SEQS):
@@ -32,36 +41,46 @@ def measure(num_scheduler_steps: int) -> dict:
     engine.drain_step_records()
     for _ in range(FORWARDS // num_scheduler_steps):
         engine.step()
+    if gpu:
+        torch.cuda.synchronize()  # every step's GPU events have fired: the drain returns them all
     records = [r for r in engine.drain_step_records() if r.num_decode_seqs == NUM_SEQS]
 
     def median(field: str) -> float:
         return statistics.median(getattr(r, field) for r in records)
 
     host = statistics.median(r.schedule_ms + r.prepare_ms + r.output_ms + r.ipc_ms for r in records)
-    return {
+    row = {
         "num_scheduler_steps": num_scheduler_steps,
         "decode_steps": len(records),
         "host_ms_per_step": host,
         "host_ms_per_forward": host / num_scheduler_steps,
         **{f"{phase}_ms": median(f"{phase}_ms") for phase in ("schedule", "prepare", "output", "sample")},
+        "step_ms": statistics.median((r.t_end - r.t_start) * 1e3 for r in records),
     }
+    if gpu:
+        row["gpu_ms"] = median("gpu_ms")
+    engine.shutdown()
+    return row
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--gpu", action="store_true", help="the real model runner on CUDA, graphs on")
     args = parser.parse_args()
-    rows = [measure(1), measure(8)]
+    rows = [measure(1, args.gpu), measure(8, args.gpu)]
     for row in rows:
         print(
             f"num_scheduler_steps={row['num_scheduler_steps']}: {row['host_ms_per_step']:.3f} ms/step, "
-            f"{row['host_ms_per_forward']:.3f} ms/forward; schedule {row['schedule_ms']:.3f}, prepare "
-            f"{row['prepare_ms']:.3f}, output {row['output_ms']:.3f} (medians over {row['decode_steps']} steps)"
+            f"{row['host_ms_per_forward']:.3f} ms/forward; schedule {row['schedule_ms']:.3f}, "
+            f"prepare {row['prepare_ms']:.3f}, output {row['output_ms']:.3f} "
+            f"(medians over {row['decode_steps']} steps)" + (f"; GPU {row['gpu_ms']:.3f}" if args.gpu else "")
         )
     if args.out:
         result = {
-            "command": "python scripts/cpu_overhead.py --out " + str(args.out),
+            "command": f"python scripts/cpu_overhead.py {'--gpu ' if args.gpu else ''}--out {args.out}",
             "cpu": platform.processor() or platform.machine(),
+            "device": torch.cuda.get_device_name() if args.gpu else "null executor",
             "num_seqs": NUM_SEQS,
             "rows": rows,
         }
