@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,22 @@ def color(i: int) -> str:
 def chart(spec: dict[str, Any], height: int = 320) -> str:
     """A canvas and its spec. The JSON is made safe inside <script>: no `<` survives to close the tag."""
     canvas = f"chart-{next(_ids)}"
-    data = json.dumps(spec, allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
+    data = json.dumps(_finite(spec), allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
     return (
         f'<div class="chart" style="height:{height}px"><canvas id="{canvas}"></canvas></div>'
         f'<script type="application/json" class="chart-spec" data-canvas="{canvas}">{data}</script>'
     )
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities (a summary written by Python's json can hold them) as null: a gap, not an error."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def scripts() -> str:

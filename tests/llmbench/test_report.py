@@ -1,5 +1,6 @@
 import base64
 import json
+import math
 import re
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from typer.testing import CliRunner
 
 from llmbench.cli import app
 from llmbench.report import ReportError, default_report_dir, sections, write_report
+from llmbench.report.charts import chart
 from llmbench.report.format import number
 from llmbench.report.load import load_run
 from llmbench.report.plots import _waterfall_bottoms
@@ -128,6 +130,15 @@ def test_number_format_is_one_format():
         "123,456",
     ]
     assert number(None) == "n/a" and number(0.9962, "%") == "99.6%" and number(3e-6) == "<0.0001"
+
+
+def test_chart_data_is_safe_json():
+    html = chart(
+        {"type": "bar", "labels": ["</script><b>"], "datasets": [{"data": [1.5, math.nan, math.inf]}]}
+    )
+    spec = json.loads(re.search(r">(\{.*\})</script>", html).group(1))
+    assert spec["datasets"][0]["data"] == [1.5, None, None] and spec["labels"] == ["</script><b>"]
+    assert "</script><b>" not in html
 
 
 def test_user_text_is_escaped(cpu_report):
@@ -267,7 +278,7 @@ def test_committed_h200_results_render_as_what_they_are(tmp_path):
     all_on = ablation["variants"][-1]
     assert number(all_on["metrics"]["output_throughput"]) in page
     assert number(all_on["steps"]["gpu_busy_fraction"], "%") in page  # old key, read as step-span busy
-    assert "GPU kernel busy: 98.2%" in page  # the nsys profile, as its own section
+    assert "Kernel busy (nsys): 98.2%" in page  # the nsys profile, as its own section
     assert "Batch-1 decode: decode_bs1.json" in page and "Kernel timings: kernels.json" in page
     assert "NVIDIA H200" in page and "CUDA device" not in page
 

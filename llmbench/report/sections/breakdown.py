@@ -73,7 +73,8 @@ def render(page: Page) -> str:
         return ""
     explain = (
         "Host bars: the engine loop's phases per step (schedule, prepare = inputs and launch, output, "
-        "IPC with the frontend) and the readback wait, where the host blocks for the sampled tokens."
+        "IPC with the frontend) and the readback wait, where the host blocks for the sampled tokens. "
+        "A multi-step engine step (num_scheduler_steps > 1) runs several forwards."
     )
     gpu_explain = " GPU bars: the step's GPU span and the GPU idle time per step (GPU busy, step spans)."
     has_gpu = any(segments(p.steps) and "gpu_work" in segments(p.steps) for p in page.points)
