@@ -42,7 +42,7 @@ def _nsys(profile: dict) -> str:
     busy = profile.get("kernel_busy_fraction")
     if busy is not None:
         parts.append(
-            f"<p>GPU kernel busy: {busy * 100:.1f}% of the GPU timeline from the first captured kernel to "
+            f"<p>Kernel busy (nsys): {busy * 100:.1f}% of the GPU timeline from the first captured kernel to "
             f"the last, overlapping kernels counted once (<code>kernel_busy_fraction</code>).</p>"
         )
     idle = profile.get("gpu_idle")

@@ -174,7 +174,7 @@ def test_report_section_renders_the_summary(tables):
     assert "Profile (nsys, steps 300:310)" in html
     assert "<td>154.282</td>" in html  # prepare phase total
     assert "_decode_kernel" in html
-    assert "GPU kernel busy: 51.4%" in html
+    assert "Kernel busy (nsys): 51.4%" in html
     assert "GPU idle: 79.07 ms, 7.907 ms per step, 48.6% of that timeline" in html
 
 
