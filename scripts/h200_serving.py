@@ -53,7 +53,10 @@ class _MeteredServer(ServerBackend):
 
     def _step_gpu_ms(self) -> float | None:
         """None without GPU timing (the histogram has no series until a step observes GPU time)."""
-        text = httpx.get(f"{self.url}/metrics", timeout=10.0).text
+        try:
+            text = httpx.get(f"{self.url}/metrics", timeout=10.0).text
+        except httpx.HTTPError:
+            return None
         match = re.search(r"^llmbench:step_gpu_ms_sum\{[^}]*\} (\S+)$", text, re.M)
         return float(match.group(1)) if match else None
 
@@ -85,10 +88,12 @@ def main() -> None:
     work = args.out / "serving-runs"
     result = {"command": " ".join(["python", *sys.argv]), "config": CONFIG, "repeat": args.repeat}
     variants = {}
+    # the servers first: their processes free the GPU when they stop, while the in-process engine's
+    # memory would stay cached in this process and starve a server's KV cache
     for name, settings in (
-        ("bundled in-process", ["backend.type=bundled", "engine.process_split=false"]),
         ("HTTP, split off", ["backend.type=server", "engine.process_split=false"]),
         ("HTTP, split on", ["backend.type=server", "engine.process_split=true"]),
+        ("bundled in-process", ["backend.type=bundled", "engine.process_split=false"]),
     ):
         config = load_config(CONFIG, [*args.overrides, *settings])
         backend = _MeteredServer() if config.backend.type == "server" else None
@@ -96,12 +101,13 @@ def main() -> None:
         if backend is not None:
             backend.start(config)
         run_dir = work / re.sub(r"\W+", "-", name).strip("-")
-        run = run_benchmark(config, run_dir, repeat=args.repeat, backend=backend)
+        run = run_benchmark(config, run_dir, repeat=args.repeat, backend=backend, replace=True)
         marks = backend.gpu_ms if backend else []
         gpu_ms = marks[1] - (marks[0] or 0.0) if len(marks) == 2 and marks[1] is not None else None
         variants[name] = {**_figures(run.summary, gpu_ms), "wall_s": time.perf_counter() - started}
         logging.info("%s: %s", name, variants[name])
-    result["variants"] = variants
+    result["variants"] = dict(sorted(variants.items(), key=lambda item: not item[0].startswith("bundled")))
+    variants = result["variants"]
     base = variants["bundled in-process"]["output_throughput"]
     for name in ("HTTP, split off", "HTTP, split on"):
         variants[name]["vs_in_process"] = variants[name]["output_throughput"] / base
