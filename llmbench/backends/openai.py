@@ -2,52 +2,30 @@
 
 An asyncio loop in a thread of its own runs one httpx stream per request; the runner's thread submits
 into it and poll() hands over what arrived. Each chunk is stamped when the client reads it, and the
-runner records that time, not its poll's. As vLLM's benchmark client counts: the first chunk with text
-is the first token, a chunk is one arrival however many tokens it carries, and the output token count
-is the server's `usage` (the tokens the chunks did not show join the last one). A request that cannot
+runner records that time, not its poll's; openai_stream.py reads the chunks. A request that cannot
 connect, gets an HTTP error or a malformed chunk, or whose stream stalls past workload.request_timeout_s
 fails alone with its reason; the run goes on."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
 
 from engine.loader import model_shape, resolve_max_model_len
 from engine.request import FinishReason, RequestOutput, SamplingParams
 from llmbench.backends import ModelInfo, ServedOutput
+from llmbench.backends.openai_stream import RequestFailed, StreamReader, error_message
 from llmbench.backends.prompt_text import PromptText
 from llmbench.config import RunConfig
 
 logger = logging.getLogger(__name__)
 
 POLL_WAIT_S = 0.001  # poll() waits this long for a chunk: short, so a due submit is never held back
-UNKNOWN_TOKEN = -1  # output token ids a server does not return (requests.jsonl with output.save_tokens)
-FINISH_REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 OPEN_FILES = 65536  # the soft limit raised to this (or the hard limit) for one socket per stream
-SERVER_TIMES = ("t_queued", "t_scheduled", "t_first_token", "t_token_handed")
-
-
-@dataclass
-class _Stream:
-    """What one request's stream has shown so far (the loop thread's)."""
-
-    request_id: str
-    counted: int = 0  # tokens the chunks carried (one a chunk, unless the chunk lists its token ids)
-    last_arrival: float | None = None
-    finish_reason: str | None = None
-    completion_tokens: int | None = None  # from usage
-    server_times: dict = field(default_factory=dict)
-
-
-class _RequestFailed(Exception):
-    """The request ends as an error with this message."""
 
 
 class OpenAIBackend:
@@ -200,13 +178,13 @@ class OpenAIBackend:
     async def _stream(self, request_id: str, body: dict) -> None:
         import httpx
 
-        stream = _Stream(request_id)
+        stream = StreamReader(request_id, self._chat)
         path = "/chat/completions" if self._chat else "/completions"
         try:
             async with self._client.stream("POST", self._url + path, json=body) as response:
                 if response.status_code >= 400:
                     detail = (await response.aread()).decode(errors="replace")
-                    raise _RequestFailed(f"HTTP {response.status_code}: {_error_message(detail)}")
+                    raise RequestFailed(f"HTTP {response.status_code}: {error_message(detail)}")
                 async for line in response.aiter_lines():
                     now = time.perf_counter()
                     if not line.startswith("data:"):
@@ -214,58 +192,22 @@ class OpenAIBackend:
                     data = line[5:].strip()
                     if data == "[DONE]":
                         break
-                    self._on_chunk(stream, data, now)
-            self._outputs.put(self._finished(stream))
-        except _RequestFailed as e:
+                    for output in stream.feed(data, now):
+                        self._outputs.put(output)
+            self._outputs.put(stream.finished(self._wall_offset))
+        except RequestFailed as e:
             self._fail(request_id, str(e))
-        except httpx.TimeoutException as e:
-            what = "connect" if isinstance(e, httpx.ConnectTimeout) else "no data"
-            self._fail(request_id, f"stream stalled: {what} within request_timeout_s={self._stall_s:g}")
+        except httpx.ConnectTimeout:
+            self._fail(request_id, f"connection error: not connected within {self._timeout.connect:g} s")
+        except httpx.TimeoutException:  # read or write: only set with a request timeout
+            self._fail(request_id, f"stream stalled: no data within request_timeout_s={self._stall_s:g}")
         except httpx.HTTPError as e:
             self._fail(request_id, f"connection error: {type(e).__name__}: {e}")
+        except Exception as e:  # a request that fails unseen would keep the run waiting for it forever
+            logger.exception("request %s", request_id)
+            self._fail(request_id, f"client error: {type(e).__name__}: {e}")
         finally:
             self._tasks.pop(request_id, None)
-
-    def _on_chunk(self, stream: _Stream, data: str, now: float) -> None:
-        try:
-            chunk = json.loads(data)
-            if "error" in chunk:  # vLLM's way of failing a stream that has started
-                raise _RequestFailed(f"server error: {_error_message(json.dumps(chunk['error']))}")
-            for choice in chunk.get("choices") or ():
-                delta = choice["delta"].get("content") if self._chat else choice.get("text")
-                if delta:
-                    ids = choice.get("token_ids") or [UNKNOWN_TOKEN]
-                    stream.counted += len(ids)
-                    stream.last_arrival = now
-                    self._outputs.put(ServedOutput(stream.request_id, list(ids), t_emit=now))
-                stream.finish_reason = choice.get("finish_reason") or stream.finish_reason
-            if chunk.get("usage"):
-                stream.completion_tokens = int(chunk["usage"]["completion_tokens"])
-            if chunk.get("server_timestamps"):
-                stream.server_times = dict(chunk["server_timestamps"])
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
-            raise _RequestFailed(f"malformed chunk ({type(e).__name__}: {e}): {data[:200]}") from None
-
-    def _finished(self, stream: _Stream) -> ServedOutput:
-        if stream.finish_reason is None:
-            raise _RequestFailed("the stream ended without a finish_reason")
-        reason = FINISH_REASONS.get(stream.finish_reason, FinishReason.ERROR)
-        error = None if reason != FinishReason.ERROR else f"finish_reason {stream.finish_reason!r}"
-        total = stream.completion_tokens if stream.completion_tokens is not None else stream.counted
-        rest = [UNKNOWN_TOKEN] * max(0, total - stream.counted)
-        when = stream.last_arrival if stream.last_arrival is not None else time.perf_counter()
-        return ServedOutput(
-            stream.request_id, rest, True, reason, error, when, server_timestamps=self._client_clock(stream)
-        )
-
-    def _client_clock(self, stream: _Stream) -> dict | None:
-        """The server's timestamps on this process's perf_counter clock, or None without them."""
-        times = stream.server_times
-        if not all(key in times for key in SERVER_TIMES):
-            return None
-        shift = float(times.get("wall_offset", self._wall_offset)) - self._wall_offset
-        converted = {key: _shift(times[key], shift) for key in SERVER_TIMES}
-        return converted
 
     def _fail(self, request_id: str, message: str) -> None:
         now = time.perf_counter()
@@ -280,21 +222,3 @@ def _raise_open_file_limit() -> None:
     wanted = OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES)
     if soft != resource.RLIM_INFINITY and soft < wanted:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-
-
-def _shift(value, shift: float):
-    if isinstance(value, list):
-        return [v + shift for v in value]
-    return None if value is None else value + shift
-
-
-def _error_message(body: str) -> str:
-    """The message of an OpenAI-style error body, else the body itself, on one line."""
-    try:
-        data = json.loads(body)
-        error = data.get("error", data) if isinstance(data, dict) else data
-        message = error.get("message", error) if isinstance(error, dict) else error
-        text = message if isinstance(message, str) else json.dumps(message)
-    except ValueError:
-        text = body
-    return " ".join(text.split())[:300]
