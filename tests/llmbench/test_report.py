@@ -74,6 +74,19 @@ def test_header_says_what_ran(cpu_report):
     assert "TTFT ≤ 45.0 ms" in html
 
 
+def test_header_names_version_commit_and_threads_when_recorded(tmp_path):
+    run = make_run_dir(tmp_path / "run")
+    summary = json.loads((run / "summary.json").read_text())
+    summary["environment"].update(llmbench="0.1.0", git_commit="abc1234+dirty", torch_threads=1)
+    summary["config"].update(
+        engine={"chunked_prefill": True, "num_scheduler_steps": 1, "async_output": False}
+    )
+    (run / "summary.json").write_text(json.dumps(summary))
+    page = visible(write_report([run], run).read_text())
+    assert "0.1.0 commit abc1234+dirty" in page and "torch threads 1" in page
+    assert "on: chunked_prefill; off: num_scheduler_steps, async_output" in page  # True == 1 is not off
+
+
 def test_headline_figures_have_friendly_labels_units_and_definitions(cpu_report):
     run, html = cpu_report
     summary = json.loads((run / "summary.json").read_text())
