@@ -1,33 +1,53 @@
-"""Random add / step / abort sequences against small pools and budgets: whatever happens, every
-request ends exactly once with a sane length, and the engine ends empty."""
+"""Random add / step / abort sequences against small pools and budgets, over every scheduling toggle
+(block size, multi-step windows, chunked prefill, prefix caching, async output): whatever happens,
+every request ends exactly once with a sane length, no forward writes KV outside its sequences'
+blocks, and the engine ends empty."""
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from engine.check import assert_block_manager_consistent, assert_engine_empty
+from engine.check import assert_batch_within_blocks, assert_block_manager_consistent, assert_engine_empty
 from engine.config import EngineConfig, ModelConfig
 from engine.llm_engine import LLMEngine
 from engine.request import FinishReason, RequestOutput, SamplingParams
 
 MAX_MODEL_LEN = 48
 
-configs = st.builds(
-    lambda block_size, num_blocks, budget, max_num_seqs, chunked, caching: EngineConfig(
+
+def null_config(pool_tokens: int, block_size: int, **fields) -> EngineConfig:
+    """The pool is drawn in tokens, so every block size meets pools from hopeless to roomy."""
+    num_blocks = max(2, pool_tokens // block_size)
+    return EngineConfig(
         model=ModelConfig(preset="tiny", executor="null"),
+        max_model_len=MAX_MODEL_LEN,
         block_size=block_size,
         num_gpu_blocks=num_blocks,
-        max_num_batched_tokens=budget,
-        max_num_seqs=max_num_seqs,
-        max_model_len=MAX_MODEL_LEN,
-        chunked_prefill=chunked,
-        prefix_caching=caching,
-    ),
+        **fields,
+    )
+
+
+toggles = {
+    "max_num_batched_tokens": st.integers(1, 64),
+    "max_num_seqs": st.integers(1, 6),
+    "chunked_prefill": st.booleans(),
+    "async_output": st.booleans(),
+}
+configs = st.builds(
+    null_config,
+    pool_tokens=st.integers(8, 160),
     block_size=st.sampled_from([1, 2, 4, 8, 16]),
-    num_blocks=st.integers(2, 40),
-    budget=st.integers(1, 64),
-    max_num_seqs=st.integers(1, 6),
-    chunked=st.booleans(),
-    caching=st.booleans(),
+    prefix_caching=st.booleans(),
+    num_scheduler_steps=st.sampled_from([1, 2, 4, 8]),
+    **toggles,
+)
+# the corner of issue 12's crash: windows longer than a block, prefix hits, pools that preempt
+window_configs = st.builds(
+    null_config,
+    pool_tokens=st.integers(16, 96),
+    block_size=st.sampled_from([1, 2, 4]),
+    prefix_caching=st.just(True),
+    num_scheduler_steps=st.sampled_from([4, 8]),
+    **toggles,
 )
 
 # prompts drawn from a few shared stems so prefix-cache hits actually happen
@@ -50,7 +70,26 @@ operations = st.tuples(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=configs, ops=operations)
 def test_every_request_ends_exactly_once(config: EngineConfig, ops: list[tuple]) -> None:
+    run_checked(config, ops)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=window_configs, ops=operations)
+def test_windows_longer_than_a_block_stay_in_their_blocks(config: EngineConfig, ops: list[tuple]) -> None:
+    run_checked(config, ops)
+
+
+def run_checked(config: EngineConfig, ops: list[tuple]) -> None:
+    """Apply ops to a fresh engine, then step it empty, checking the block invariants after every
+    step and every forward's KV slots before it runs; then check each request's one ending."""
     engine = LLMEngine(config)
+    execute = engine.executor.execute
+
+    def checked_execute(batch):
+        assert_batch_within_blocks(batch, config.block_size)
+        return execute(batch)
+
+    engine.executor.execute = checked_execute
     added: dict[str, SamplingParams] = {}
     streamed: dict[str, list[int]] = {}
     finals: dict[str, RequestOutput] = {}
@@ -90,6 +129,7 @@ def test_every_request_ends_exactly_once(config: EngineConfig, ops: list[tuple])
     event(f"preempted: {engine.scheduler.num_preemptions > 0}")
     event(f"prefix hit: {any(o.num_cached_tokens for o in finals.values())}")
     event(f"rejected: {any(o.finish_reason is FinishReason.REJECTED for o in finals.values())}")
+    event(f"windows: {config.num_scheduler_steps > 1}, async: {config.async_output}")
     for request_id, output in finals.items():
         params = added[request_id]
         assert output.token_ids == streamed[request_id]

@@ -1,9 +1,12 @@
 import pytest
 
-from engine.check import assert_block_manager_consistent, assert_engine_empty
+from engine.block_manager import BlockManager
+from engine.check import assert_batch_within_blocks, assert_block_manager_consistent, assert_engine_empty
 from engine.config import EngineConfig, ModelConfig
 from engine.llm_engine import LLMEngine
 from engine.request import FinishReason, RequestOutput, SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
 
 GREEDY = SamplingParams(max_tokens=4, ignore_eos=True)
 
@@ -155,3 +158,46 @@ def test_prefix_cache_hit_skips_cached_tokens(make_engine):
     finished = run(engine)
     assert finished["b"].num_cached_tokens == 8
     assert engine.batches[-4][0][1:3] == (8, 4)  # prefill starts after the cached 8 tokens
+
+
+def readmitted_one_token_short(num_blocks: int) -> tuple[Scheduler, Sequence]:
+    """A sequence of 9 tokens (6 prompt, 3 outputs) preempted with its two full blocks cached, waiting
+    in a scheduler with 8-step windows over blocks of 4: readmitted, its prefix hit leaves one token."""
+    config = EngineConfig(
+        model=ModelConfig(preset="tiny", executor="null"),
+        block_size=4,
+        num_gpu_blocks=num_blocks,
+        num_scheduler_steps=8,
+    )
+    block_manager = BlockManager(num_blocks, 4, prefix_caching=True)
+    scheduler = Scheduler(config, block_manager)
+    seq = Sequence(0, "r", [5] * 6, SamplingParams(max_tokens=20, ignore_eos=True), 0.0)
+    seq.token_ids += [7, 8, 9]
+    assert block_manager.allocate(seq, 9)
+    seq.num_computed = 8
+    block_manager.cache_full_blocks(seq)
+    block_manager.free(seq)
+    seq.num_computed = 0
+    scheduler.add(seq)
+    return scheduler, seq
+
+
+def test_a_decode_readmitted_from_a_prefix_hit_gets_blocks_for_its_window():
+    scheduler, seq = readmitted_one_token_short(num_blocks=8)
+    out = scheduler.schedule()
+    (entry,) = out.batch.seqs
+    assert (entry.num_computed, entry.num_new, entry.sample) == (8, 1, True)
+    assert out.batch.num_steps == 8
+    # positions 8..15: four blocks, the first two from the cache
+    assert_batch_within_blocks(out.batch, 4)
+    assert len(seq.block_table) == 4 and seq.num_cached_blocks == 2
+    scheduler.abort(seq)
+
+
+def test_a_pool_without_room_for_every_window_runs_one_step():
+    scheduler, seq = readmitted_one_token_short(num_blocks=3)
+    out = scheduler.schedule()
+    assert out.batch.num_steps == 1 and out.num_preempted == 0
+    assert_batch_within_blocks(out.batch, 4)
+    assert len(seq.block_table) == 3
+    scheduler.abort(seq)
