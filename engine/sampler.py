@@ -129,21 +129,25 @@ class Sampler:
     ) -> tuple[list[bool], list[tuple[int, list[int], list[int]]]]:
         """Before min_tokens outputs, EOS and stop tokens cannot be drawn at all: per forward whether
         any row is masked, and (forward, rows, columns) of the logits to mask where there are some."""
+        # (row, forwards still masked, its stop ids in the vocabulary), for the rows masked at all
+        pending = [
+            (i, s.sampling.min_tokens - s.num_outputs, s.sampling.stop_token_ids)
+            for i, s in enumerate(seqs)
+            if s.num_outputs < s.sampling.min_tokens
+        ]
+        if not pending:
+            return [False] * num_steps, []
+        pending = [
+            (i, left, [t for t in (self.eos_token_id, *stops) if 0 <= t < self.vocab_size])
+            for i, left, stops in pending
+        ]
         masked, cells = [], []
         for step in range(num_steps):
-            rows: list[int] = []
-            cols: list[int] = []
-            hit = False
-            for i, s in enumerate(seqs):
-                if s.num_outputs + step < s.sampling.min_tokens:
-                    hit = True
-                    stop_ids = (self.eos_token_id, *s.sampling.stop_token_ids)
-                    in_vocab = [t for t in stop_ids if 0 <= t < self.vocab_size]
-                    rows += [i] * len(in_vocab)
-                    cols += in_vocab
-            masked.append(hit)
+            now = [(i, stop_ids) for i, left, stop_ids in pending if step < left]
+            masked.append(bool(now))
+            rows = [i for i, stop_ids in now for _ in stop_ids]
             if rows:
-                cells.append((step, rows, cols))
+                cells.append((step, rows, [t for _, stop_ids in now for t in stop_ids]))
         return masked, cells
 
     def __call__(self, logits: torch.Tensor, step: int = 0) -> torch.Tensor:
