@@ -5,9 +5,11 @@ after the KV pool exists. A batch is padded up to the smallest bucket that holds
 replayed; larger batches and batches with prefill tokens run eagerly.
 
 A graph replays fixed addresses and shapes, so its inputs live in static buffers sized for the largest
-bucket: each replay copies the step's inputs into them. The block tables are as wide as max_model_len
-allows, which also keeps the decode kernel's split count (derived from that width) fixed. Padding rows
-write their K/V into a spare block no sequence owns and attend to that one row."""
+bucket: each replay copies the step's inputs into them (three device-to-device copies for a
+single-step decode: ids, positions and lengths together, then slots, then block tables). The block
+tables are as wide as max_model_len allows, which also keeps the decode kernel's split count (derived
+from that width) fixed. Padding rows write their K/V into a spare block no sequence owns and attend to
+that one row."""
 
 from __future__ import annotations
 
@@ -49,11 +51,12 @@ class DecodeGraphs:
         def ints(fill: int, *shape: int, dtype: torch.dtype = torch.int32) -> torch.Tensor:
             return torch.full(shape, fill, dtype=dtype, device=device)
 
-        # every row starts as padding: one token at the spare block's first slot
-        self.input_ids = ints(0, max_seqs, dtype=torch.int64)
-        self.positions = ints(0, max_seqs)
+        # every row starts as padding: one token at the spare block's first slot. Input ids,
+        # positions and lengths are rows of one tensor, laid out as InputBuffers packs a decode
+        self.decode_rows = ints(0, 3, -(-max_seqs // 4) * 4)  # each row 16-byte aligned
+        self.input_ids, self.positions, self.seq_lens = self.decode_rows
+        self.seq_lens.fill_(1)
         self.slot_mapping = ints(self.pad_slot, max_seqs, dtype=torch.int64)
-        self.seq_lens = ints(1, max_seqs)
         self.block_tables = ints(pad_block, max_seqs, max_blocks_per_seq)
         self.query_start_loc = torch.arange(max_seqs + 1, dtype=torch.int32, device=device)
         self._num_live = 0  # rows from 0 whose slots may still point at live KV
@@ -70,10 +73,13 @@ class DecodeGraphs:
         bucket = graph_bucket(num_seqs, self.sizes)
         attn = inputs.attn
         width = attn.block_tables.shape[1]
-        self.input_ids[:num_seqs].copy_(inputs.input_ids, non_blocking=True)
-        self.positions[:num_seqs].copy_(inputs.positions, non_blocking=True)
+        if inputs.decode_rows is not None:
+            self.decode_rows[:, :num_seqs].copy_(inputs.decode_rows, non_blocking=True)
+        else:  # a later forward of a window: its input ids are the tokens just sampled
+            self.input_ids[:num_seqs].copy_(inputs.input_ids, non_blocking=True)
+            self.positions[:num_seqs].copy_(inputs.positions, non_blocking=True)
+            self.seq_lens[:num_seqs].copy_(attn.seq_lens, non_blocking=True)
         self.slot_mapping[:num_seqs].copy_(attn.slot_mapping, non_blocking=True)
-        self.seq_lens[:num_seqs].copy_(attn.seq_lens, non_blocking=True)
         self.block_tables[:num_seqs, :width].copy_(attn.block_tables, non_blocking=True)
         # rows past the batch may hold an earlier, larger batch's slots: point their writes back
         # at the spare block (stale lengths and tables only cause harmless reads). Only when the

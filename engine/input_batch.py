@@ -34,6 +34,9 @@ class ModelInput:
     sample_rows: torch.Tensor  # [n_sample]: the row of each sampled sequence's last new token
     # multi-step: positions and attention metadata of the window's later forwards
     later: list[tuple[torch.Tensor, AttentionMetadata]] = field(default_factory=list)
+    # a single-step decode's input ids, positions and lengths as one [3, n] view of the packed
+    # buffer: a graph's static inputs take them in one copy
+    decode_rows: torch.Tensor | None = None
 
     def next_forward(self, step: int, sampled: torch.Tensor) -> ModelInput:
         """Forward `step` (>= 1) of a multi-step window: its input tokens are those just sampled."""
@@ -196,7 +199,10 @@ class InputBuffers:
             for k in range(num_steps)
         ]
         later = [(positions[k], attns[k]) for k in range(1, num_steps)]
-        return ModelInput(ids, positions[0], attns[0], sample_rows, later)
+        decode_rows = None
+        if num_tokens == n and num_steps == 1:  # sections 0-2 are then three rows of row_n
+            decode_rows = device[: starts[3]].view(3, row_n)[:, :n]
+        return ModelInput(ids, positions[0], attns[0], sample_rows, later, decode_rows)
 
     def _host(self, size: int) -> torch.Tensor:
         """This step's host buffer, free to fill and holding at least size entries."""

@@ -100,6 +100,28 @@ def test_load_pads_to_the_bucket_and_resets_stale_rows(model):
     assert graphs.seq_lens[7:].tolist() == [1] and graphs.block_tables[7].tolist() == [NUM_BLOCKS] * 12
 
 
+def test_load_takes_a_later_forward_of_a_window_with_its_sampled_tokens(model):
+    """A single-step decode loads ids, positions and lengths in one copy; a window's later forward,
+    whose ids are the tokens just sampled, loads them one by one."""
+    graphs = graphs_for(model, kv_caches(model))
+    batch = decode_batch(3, seed=4)
+    for s in batch.seqs:
+        s.sampling = SamplingParams(max_tokens=64)
+        s.block_table += [NUM_BLOCKS - 1] * 2  # room for the window
+    batch.num_steps = 3
+    window = InputBuffers(BLOCK, torch.device("cpu")).prepare(batch)
+    assert graphs.load(window) == 4 and window.decode_rows is None
+    assert graphs.positions[:3].tolist() == [s.num_computed for s in batch.seqs]
+    sampled = torch.tensor([61, 62, 63])
+    assert graphs.load(window.next_forward(2, sampled)) == 4
+    assert graphs.input_ids[:3].tolist() == [61, 62, 63]
+    assert graphs.positions[:3].tolist() == [s.num_computed + 2 for s in batch.seqs]
+    assert graphs.seq_lens[:3].tolist() == [s.num_computed + 3 for s in batch.seqs]
+    moved = [s.num_computed + 2 for s in batch.seqs]
+    expected = [s.block_table[p // BLOCK] * BLOCK + p % BLOCK for s, p in zip(batch.seqs, moved, strict=True)]
+    assert graphs.slot_mapping[:3].tolist() == expected
+
+
 @pytest.mark.parametrize("num_seqs", [1, 3, 5])
 def test_padded_forward_matches_eager_and_writes_only_its_slots(model, num_seqs):
     batch = decode_batch(num_seqs, seed=num_seqs)
