@@ -78,6 +78,7 @@ def test_split_server_matches_bundled_and_leaves_no_process(tmp_path, bundled):
         assert split_ms["queueing"] >= 0 and split_ms["prefill"] >= 0
     html = write_report([tmp_path / "run"], tmp_path / "report").read_text()
     assert "TTFT split (client × server)" in html and "Requests joined: served 10." in html
+    assert "The slowest first tokens, split" in html
 
 
 def test_cli_run_with_backend_server_in_process(tmp_path, bundled):

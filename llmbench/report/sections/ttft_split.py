@@ -23,6 +23,7 @@ PARTS = (
     ("frontend_stream", "frontend / stream", "t_first_token", "first_token_time"),
 )
 HANDED = ("handed_to_client", "handed → client, per token")
+SLOWEST = 5  # requests per run in the table of the slowest first tokens
 
 
 def request_split(row: dict[str, Any]) -> dict[str, float] | None:
@@ -41,11 +42,16 @@ def request_split(row: dict[str, Any]) -> dict[str, float] | None:
     return split
 
 
+def joined(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, float]]]:
+    """(row, its split) of the succeeded timed requests that carry server times."""
+    done = [r for r in rows if not r.get("warmup") and r.get("finish_reason") in ("stop", "length")]
+    return [(r, split) for r in done if (split := request_split(r)) is not None]
+
+
 def ttft_split(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """{"count": requests joined, "parts": {name: mean/median/p99 ms, share of the mean TTFT}} over the
     succeeded timed requests that carry server times; None when no request does."""
-    done = [r for r in rows if not r.get("warmup") and r.get("finish_reason") in ("stop", "length")]
-    splits = [s for r in done if (s := request_split(r)) is not None]
+    splits = [split for _, split in joined(rows)]
     if not splits:
         return None
     mean_ttft = sum(np.mean([s[name] for s in splits]) for name, *_ in PARTS)
@@ -90,7 +96,7 @@ def render(page: Page) -> str:
     rows = [
         [esc(label), esc(part_label)]
         + [number(s["parts"][name].get(key)) for key in ("mean_ms", "median_ms", "p99_ms")]
-        + [number(s["parts"][name].get("share_of_ttft"), "%")]
+        + [number(share, "%") if (share := s["parts"][name].get("share_of_ttft")) is not None else ""]
         for label, s in splits
         for name, part_label in [*((name, part_label) for name, part_label, _, _ in PARTS), HANDED]
         if name in s["parts"]
@@ -106,11 +112,28 @@ def render(page: Page) -> str:
     )
     header = ["run", "part", "mean ms", "median ms", "p99 ms", "share of TTFT"]
     height = max(160, 90 + 30 * len(splits))
+    slowest = _slowest(page)
     return "\n".join(
         [
             "<h2>TTFT split (client × server)</h2>",
             note(explain),
             chart(spec, height),
             table(header, rows, (1,)),
+            "<h3>The slowest first tokens, split</h3>",
+            table(["run", "request", "TTFT ms", *(esc(label) for _, label, _, _ in PARTS)], slowest, (1,)),
         ]
     )
+
+
+def _slowest(page: Page) -> list[list[str]]:
+    """Table rows of each run's SLOWEST requests by TTFT, with their parts: why a first token was late."""
+    rows = []
+    for run in page.runs:
+        pairs = sorted(joined(run.requests), key=lambda p: p[0]["first_token_time"] - p[0]["submit_time"])
+        for row, split in pairs[::-1][:SLOWEST]:
+            ttft_ms = (row["first_token_time"] - row["submit_time"]) * 1000
+            rows.append(
+                [esc(run.label or run.name), esc(row.get("id")), number(ttft_ms)]
+                + [number(split[name]) for name, *_ in PARTS]
+            )
+    return rows
