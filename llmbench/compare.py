@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -15,11 +14,17 @@ import numpy as np
 from rich import box
 from rich.table import Table
 
-from llmbench.compare_load import CompareError, load_summary
+from llmbench.compare_load import (
+    DEFAULT_THRESHOLD,
+    CompareError,
+    MetricCheck,
+    load_summary,
+    metric_direction,
+    parse_metric_spec,
+)
 from llmbench.stats import bootstrap_ratios, detectable_worsening, mann_whitney_greater, ratio
 from llmbench.step_stats import RENAMED_STEP_KEYS
 
-DEFAULT_THRESHOLD = 0.05
 DEFAULT_METRICS = (
     "output_throughput",
     "request_throughput",
@@ -29,9 +34,6 @@ DEFAULT_METRICS = (
     "mean_itl_ms",
     "steps.mean_cpu_ms_per_step",
 )
-_HIGHER_IS_BETTER = re.compile(r"(throughput|goodput|completed|busy|mbu|mfu)[^.]*$")
-_LOWER_IS_BETTER = re.compile(r"((_ms|_s)(_per_[a-z]+)?|failed|preempted)$")
-
 REGRESSION = "REGRESSION"
 IMPROVED = "improved"
 WITHIN_NOISE = "within noise"
@@ -42,13 +44,6 @@ FAILING = (REGRESSION, ALL_FAILED)
 POWER = 0.9  # "detects": the smallest regression flagged this often at the trials' noise
 # a pass is only a pass when a regression of this many thresholds would have been caught
 RESOLVE_FACTOR = 2.0
-
-
-@dataclass(frozen=True)
-class MetricCheck:
-    name: str  # a key of summary "metrics", or a dotted path such as steps.mean_cpu_ms_per_step
-    higher_is_better: bool
-    threshold: float  # relative: 0.05 allows a 5% change in the bad direction
 
 
 @dataclass
@@ -66,36 +61,6 @@ class Verdict:
     verdict: str
     detectable: float | None = None  # smallest worsening caught with probability POWER; None without trials
     incomplete: tuple[bool, bool] = (False, False)  # (baseline, current) cut short before they finished
-
-
-def metric_direction(name: str) -> bool:
-    """True when higher is better, inferred from the metric's name."""
-    if _HIGHER_IS_BETTER.search(name):
-        return True
-    if _LOWER_IS_BETTER.search(name):
-        return False
-    raise CompareError(f"metric {name!r}: cannot tell whether higher or lower is better")
-
-
-def parse_metric_spec(spec: str) -> MetricCheck:
-    """`name` or `name:threshold`, threshold as a fraction (0.1) or a percentage (10%)."""
-    name, _, threshold_text = spec.partition(":")
-    if not name:
-        raise CompareError(f"--metric {spec!r}: expected name or name:threshold")
-    threshold = DEFAULT_THRESHOLD if not threshold_text else _parse_threshold(spec, threshold_text)
-    return MetricCheck(name, metric_direction(name), threshold)
-
-
-def _parse_threshold(spec: str, text: str) -> float:
-    percent = text.endswith("%")
-    try:
-        value = float(text[:-1] if percent else text)
-    except ValueError:
-        raise CompareError(f"--metric {spec!r}: threshold {text!r} is not a number like 0.1 or 10%") from None
-    value = value / 100 if percent else value
-    if not value > 0 or math.isinf(value):
-        raise CompareError(f"--metric {spec!r}: threshold must be > 0")
-    return value
 
 
 def _lookup(root: dict, path: str) -> float | None:
@@ -135,10 +100,12 @@ def compare_summaries(
                 raise CompareError(f"metric {check.name!r}: not found in the {label} summary")
     incomplete = (not baseline.get("complete", True), not current.get("complete", True))
     verdicts = [_judge(check, baseline, current, incomplete) for check in checks]
-    return _served_nothing(verdicts, baseline, current, incomplete)
+    return flag_served_nothing(verdicts, baseline, current, incomplete)
 
 
-def _served_nothing(verdicts: list[Verdict], baseline: dict, current: dict, incomplete) -> list[Verdict]:
+def flag_served_nothing(
+    verdicts: list[Verdict], baseline: dict, current: dict, incomplete: tuple[bool, bool]
+) -> list[Verdict]:
     """A run whose requests all failed measured no serving at all: its step times and zero latencies
     must not pass as "ok", so its `completed` row says so and fails."""
     counts = [_summary_value(summary, "completed") for summary in (baseline, current)]
@@ -163,38 +130,58 @@ def _served_nothing(verdicts: list[Verdict], baseline: dict, current: dict, inco
 
 
 def _judge(check: MetricCheck, baseline: dict, current: dict, incomplete: tuple[bool, bool]) -> Verdict:
+    base_trials, cur_trials = _trial_values(baseline, check.name), _trial_values(current, check.name)
+    if not (base_trials and cur_trials):
+        base_value, cur_value = _summary_value(baseline, check.name), _summary_value(current, check.name)
+        counts = (len(base_trials), len(cur_trials))
+        return decide(check, base_value, cur_value, None, None, counts, incomplete)
+    # one-sided: the current side worse means lower for a throughput, higher for a latency
+    if check.higher_is_better:
+        p_value = mann_whitney_greater(cur_trials, base_trials)
+    else:
+        p_value = mann_whitney_greater(base_trials, cur_trials)
+    return decide(
+        check,
+        statistics.median(base_trials),
+        statistics.median(cur_trials),
+        bootstrap_ratios(base_trials, cur_trials),
+        p_value,
+        (len(base_trials), len(cur_trials)),
+        incomplete,
+    )
+
+
+def decide(
+    check: MetricCheck,
+    base_value: float,
+    cur_value: float,
+    ratios: np.ndarray | None,
+    p_value: float | None,
+    trials: tuple[int, int],
+    incomplete: tuple[bool, bool] = (False, False),
+) -> Verdict:
+    """The verdict on one metric from its two values and, with trials, the bootstrap distribution of
+    current / baseline: a regression only when the whole 95% interval is beyond the threshold."""
+
     def worsening(r: float) -> float:
         """How much worse a ratio current/baseline is, as a positive fraction; negative is better."""
         return 1 - r if check.higher_is_better else r - 1
 
-    base_trials, cur_trials = _trial_values(baseline, check.name), _trial_values(current, check.name)
-    ci_low = ci_high = p_value = detectable = None
-    if base_trials and cur_trials:
-        base_value, cur_value = statistics.median(base_trials), statistics.median(cur_trials)
-        ratios = bootstrap_ratios(base_trials, cur_trials)
+    point = ratio(base_value, cur_value)
+    ci_low = ci_high = detectable = None
+    least_bad = most_bad = worsening(point)
+    if ratios is not None:
         low, high = (float(q) for q in np.quantile(ratios, [0.025, 0.975]))
         ci_low, ci_high = low - 1, high - 1
         least_bad, most_bad = sorted((worsening(low), worsening(high)))
-        point = ratio(base_value, cur_value)
         detectable = detectable_worsening(ratios, point, check.threshold, check.higher_is_better, POWER)
-        # one-sided: the current side worse means lower for a throughput, higher for a latency
-        if check.higher_is_better:
-            p_value = mann_whitney_greater(cur_trials, base_trials)
-        else:
-            p_value = mann_whitney_greater(base_trials, cur_trials)
-    else:
-        base_value, cur_value = _summary_value(baseline, check.name), _summary_value(current, check.name)
-    point = worsening(ratio(base_value, cur_value))
-    if ci_low is None:
-        least_bad = most_bad = point
-    # the whole interval must clear the threshold; a point beyond it alone may be noise
     if least_bad > check.threshold:
         verdict = REGRESSION
     elif most_bad < -check.threshold:
         verdict = IMPROVED
     elif detectable is not None and detectable > RESOLVE_FACTOR * check.threshold:
         verdict = NOT_ENOUGH
-    elif abs(point) > check.threshold:
+    elif abs(worsening(point)) > check.threshold:
         verdict = WITHIN_NOISE
     else:
         verdict = OK
@@ -204,11 +191,11 @@ def _judge(check: MetricCheck, baseline: dict, current: dict, incomplete: tuple[
         threshold=check.threshold,
         baseline=base_value,
         current=cur_value,
-        change=ratio(base_value, cur_value) - 1,
+        change=point - 1,
         ci_low=ci_low,
         ci_high=ci_high,
         p_value=p_value,
-        trials=(len(base_trials), len(cur_trials)),
+        trials=trials,
         verdict=verdict,
         detectable=detectable,
         incomplete=incomplete,
@@ -224,16 +211,21 @@ def compare_runs(
     if not verdicts:
         raise CompareError("the two runs share none of the default metrics; name some with --metric")
     if json_path is not None:
-        payload = {
-            "baseline": str(baseline),
-            "current": str(current),
-            "regression": has_regression(verdicts),
-            "resolved": all(v.verdict != NOT_ENOUGH for v in verdicts),
-            "incomplete": dict(zip(("baseline", "current"), verdicts[0].incomplete, strict=True)),
-            "verdicts": [asdict(v) for v in verdicts],
-        }
-        json_path.write_text(json.dumps(payload, indent=2) + "\n")
+        write_verdicts(json_path, str(baseline), str(current), verdicts)
     return verdicts
+
+
+def write_verdicts(path: Path, baseline: str, current: str, verdicts: list[Verdict]) -> None:
+    """The verdicts as JSON, for later steps of a pipeline."""
+    payload = {
+        "baseline": baseline,
+        "current": current,
+        "regression": has_regression(verdicts),
+        "resolved": all(v.verdict != NOT_ENOUGH for v in verdicts),
+        "incomplete": dict(zip(("baseline", "current"), verdicts[0].incomplete, strict=True)),
+        "verdicts": [asdict(v) for v in verdicts],
+    }
+    path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
 def has_regression(verdicts: list[Verdict]) -> bool:

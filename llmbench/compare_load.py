@@ -1,17 +1,25 @@
-"""What `llmbench compare` reads: a run directory or a summary.json. A directory killed before it wrote
-summary.json is read as `llmbench report` reads it (metrics recomputed from requests.jsonl and steps.csv)
-and marked incomplete, like a summary that says complete: false."""
+"""What `llmbench compare` reads: the metrics to check (`--metric name:threshold`) and each side, a run
+directory or a summary.json. A directory killed before it wrote summary.json is read as `llmbench report`
+reads it (metrics recomputed from requests.jsonl and steps.csv) and marked incomplete, like a summary that
+says complete: false."""
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from llmbench.results import load_steps
 from llmbench.step_stats import summarize_steps
 
 log = logging.getLogger(__name__)
+
+DEFAULT_THRESHOLD = 0.05
+_HIGHER_IS_BETTER = re.compile(r"(throughput|goodput|completed|busy|mbu|mfu)[^.]*$")
+_LOWER_IS_BETTER = re.compile(r"((_ms|_s)(_per_[a-z]+)?|failed|preempted)$")
 
 
 class CompareError(ValueError):
@@ -51,6 +59,43 @@ def _rebuilt(run_dir: Path) -> dict:
         return load_run(run_dir).summary
     except ReportError as e:
         raise CompareError(f"{run_dir}: no such run directory or summary.json ({e})") from None
+
+
+@dataclass(frozen=True)
+class MetricCheck:
+    name: str  # a key of summary "metrics", or a dotted path such as steps.mean_cpu_ms_per_step
+    higher_is_better: bool
+    threshold: float  # relative: 0.05 allows a 5% change in the bad direction
+
+
+def metric_direction(name: str) -> bool:
+    """True when higher is better, inferred from the metric's name."""
+    if _HIGHER_IS_BETTER.search(name):
+        return True
+    if _LOWER_IS_BETTER.search(name):
+        return False
+    raise CompareError(f"metric {name!r}: cannot tell whether higher or lower is better")
+
+
+def parse_metric_spec(spec: str) -> MetricCheck:
+    """`name` or `name:threshold`, threshold as a fraction (0.1) or a percentage (10%)."""
+    name, _, threshold_text = spec.partition(":")
+    if not name:
+        raise CompareError(f"--metric {spec!r}: expected name or name:threshold")
+    threshold = DEFAULT_THRESHOLD if not threshold_text else _parse_threshold(spec, threshold_text)
+    return MetricCheck(name, metric_direction(name), threshold)
+
+
+def _parse_threshold(spec: str, text: str) -> float:
+    percent = text.endswith("%")
+    try:
+        value = float(text[:-1] if percent else text)
+    except ValueError:
+        raise CompareError(f"--metric {spec!r}: threshold {text!r} is not a number like 0.1 or 10%") from None
+    value = value / 100 if percent else value
+    if not value > 0 or math.isinf(value):
+        raise CompareError(f"--metric {spec!r}: threshold must be > 0")
+    return value
 
 
 def _attach_trial_steps(summary: dict, run_dir: Path) -> None:

@@ -2,15 +2,14 @@
 # Performance regression gate: CPU ms per engine step of configs/ci.yaml (null executor, the engine's CPU
 # path), this checkout against a recorded baseline commit, both measured here in interleaved runs.
 #
-#   scripts/perf_gate.sh [--baseline COMMIT] [--current COMMIT] [--pairs N] [--group N]
-#                        [--threshold PCT] [--keep DIR]
+#   scripts/perf_gate.sh [--baseline COMMIT] [--current COMMIT] [--pairs N] [--threshold PCT] [--keep DIR]
 #
 # --baseline  default: the commit named in results/baselines/ci/COMMIT (built in a git worktree)
 # --current   default: this checkout's working tree as it is; a commit is built in a worktree
-# --pairs     baseline/current run pairs (default 16); --group: runs per trial (default 4)
+# --pairs     baseline/current run pairs (default 10)
 # --threshold the slowdown that fails (default 10%, chosen from measured A/A noise: README, "Regression
 #             gate"); the gate also fails when its trials are too noisy to catch twice that
-# --keep DIR  copy the verdicts and both sides' folded trials there
+# --keep DIR  copy the verdicts (verdicts.json) there
 #
 # PERF_GATE_INJECT_US=N makes the current side (then always a worktree of --current, default HEAD) busy-wait
 # N microseconds at the start of every Scheduler.schedule(), a known slowdown for measuring the gate's
@@ -21,7 +20,7 @@
 set -euo pipefail
 
 usage() {
-    echo "usage: scripts/perf_gate.sh [--baseline COMMIT] [--current COMMIT] [--pairs N] [--group N]" \
+    echo "usage: scripts/perf_gate.sh [--baseline COMMIT] [--current COMMIT] [--pairs N]" \
         "[--threshold PCT] [--keep DIR]" >&2
     exit 2
 }
@@ -31,23 +30,21 @@ fail_usage() {
 }
 
 root="$(git -C "$(dirname "$0")" rev-parse --show-toplevel 2>/dev/null)" || fail_usage "not inside a git clone"
-baseline="" current="" pairs=16 group=4 threshold=10% keep=""
+baseline="" current="" pairs=10 threshold=10% keep=""
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || usage
     case "$1" in
         --baseline) baseline="$2" ;;
         --current) current="$2" ;;
         --pairs) pairs="$2" ;;
-        --group) group="$2" ;;
         --threshold) threshold="$2" ;;
         --keep) keep="$2" ;;
         *) usage ;;
     esac
     shift 2
 done
-[[ "$pairs" =~ ^[0-9]+$ && "$group" =~ ^[0-9]+$ ]] || fail_usage "--pairs and --group take whole numbers"
-((group >= 1 && pairs >= 2 * group && pairs <= 1000)) \
-    || fail_usage "--pairs must make at least 2 trials of --group runs (and be at most 1000)"
+[[ "$pairs" =~ ^[0-9]+$ ]] && ((pairs >= 2 && pairs <= 1000)) || fail_usage "--pairs takes a whole number 2 to 1000"
+[[ "$threshold" =~ ^[0-9]+(\.[0-9]+)?%?$ ]] || fail_usage "--threshold takes a slowdown like 10% or 0.1"
 inject="${PERF_GATE_INJECT_US:-}"
 [[ -z "$inject" || "$inject" =~ ^[0-9]+(\.[0-9]+)?$ ]] || fail_usage "PERF_GATE_INJECT_US must be microseconds"
 if [ -z "$baseline" ]; then
@@ -102,17 +99,11 @@ label="${current:0:12}"
 echo "perf gate: baseline ${baseline:0:12}, current ${label:-working tree}, $pairs interleaved pairs" \
     "${inject:+(injected: ${inject} us per schedule())}" >&2
 cd "$root"
-python3 -m llmbench.gate "$work/baseline-tree" "$current_tree" "$work/runs" --pairs "$pairs" --group "$group"
 status=0
-python3 -m llmbench compare "$work/runs/baseline.json" "$work/runs/current.json" \
-    --metric "steps.mean_cpu_ms_per_step:$threshold" --json "$work/verdicts.json" || status=$?
-if [ "$status" -eq 0 ] && ! python3 -c 'import json, sys; sys.exit(not json.load(open(sys.argv[1]))["resolved"])' \
-    "$work/verdicts.json"; then
-    echo "perf gate: the trials were too noisy to catch a regression of twice $threshold: failing" >&2
-    status=1
-fi
-if [ -n "$keep" ]; then
+python3 -m llmbench.gate "$work/baseline-tree" "$current_tree" "$work/runs" --pairs "$pairs" \
+    --threshold "$threshold" --json "$work/verdicts.json" || status=$?
+if [ -n "$keep" ] && [ -f "$work/verdicts.json" ]; then
     mkdir -p "$keep"
-    cp "$work/verdicts.json" "$work/runs/baseline.json" "$work/runs/current.json" "$keep/"
+    cp "$work/verdicts.json" "$keep/"
 fi
 exit "$status"

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("perf_gate_calibrate")
 
 
-def run_gate(commit: str, pairs: int, group: int, threshold: str, inject_us: float | None) -> dict:
+def run_gate(commit: str, pairs: int, threshold: str, inject_us: float | None) -> dict:
     """One real gate: both sides built from `commit`; its exit code, verdict and the load around it."""
     env = dict(os.environ)
     env.pop("PERF_GATE_INJECT_US", None)
@@ -34,21 +34,20 @@ def run_gate(commit: str, pairs: int, group: int, threshold: str, inject_us: flo
         env["PERF_GATE_INJECT_US"] = f"{inject_us:.2f}"
     with tempfile.TemporaryDirectory() as keep:
         command = [str(ROOT / "scripts" / "perf_gate.sh"), "--baseline", commit, "--current", commit]
-        command += ["--pairs", str(pairs), "--group", str(group), "--threshold", threshold, "--keep", keep]
+        command += ["--pairs", str(pairs), "--threshold", threshold, "--keep", keep]
         load_before, start = os.getloadavg()[0], time.monotonic()
         done = subprocess.run(command, env=env, capture_output=True, text=True)
         seconds = time.monotonic() - start
         if done.returncode not in (0, 1):
             raise SystemExit(f"perf gate exited {done.returncode}: {done.stderr[-2000:]}")
         verdict = json.loads((Path(keep) / "verdicts.json").read_text())["verdicts"][-1]
-        baseline = json.loads((Path(keep) / "baseline.json").read_text())
     return {
         "exit_code": done.returncode,
         "verdict": verdict["verdict"],
         "change": verdict["change"],
         "ci": [verdict["ci_low"], verdict["ci_high"]],
         "detectable": verdict["detectable"],
-        "baseline_cpu_ms_per_step": baseline["steps"]["mean_cpu_ms_per_step"],
+        "baseline_cpu_ms_per_step": verdict["baseline"],
         "seconds": seconds,
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
@@ -74,8 +73,7 @@ def main() -> None:
     parser.add_argument("--aa", type=int, default=40, help="A/A gates")
     parser.add_argument("--injected", type=int, default=20, help="gates with the slowdown injected")
     parser.add_argument("--slowdown", type=float, default=0.2, help="injected fraction of CPU ms per step")
-    parser.add_argument("--pairs", type=int, default=16)
-    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--pairs", type=int, default=10)
     parser.add_argument("--threshold", default="10%")
     parser.add_argument("--commit", default="HEAD", help="the code on both sides")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "cpu" / "perf_gate_calibration.json")
@@ -91,7 +89,7 @@ def main() -> None:
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for i in range(max(args.aa, args.injected)):
         if i < args.aa:
-            aa.append(run_gate(commit, args.pairs, args.group, args.threshold, None))
+            aa.append(run_gate(commit, args.pairs, args.threshold, None))
             log.info(
                 "A/A %d: exit %d, %+.1f%%, load %.1f",
                 i + 1,
@@ -102,7 +100,7 @@ def main() -> None:
             if inject_us is None:
                 inject_us = args.slowdown * aa[0]["baseline_cpu_ms_per_step"] * 1000
         if i < args.injected:
-            injected.append(run_gate(commit, args.pairs, args.group, args.threshold, inject_us))
+            injected.append(run_gate(commit, args.pairs, args.threshold, inject_us))
             log.info(
                 "injected %d: exit %d, %+.1f%%",
                 i + 1,
@@ -113,7 +111,7 @@ def main() -> None:
         "command": shlex.join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
         "commit": commit,
         "started_at": started,
-        "gate": {"pairs": args.pairs, "group": args.group, "threshold": args.threshold},
+        "gate": {"pairs": args.pairs, "threshold": args.threshold},
         "cpu_count": os.cpu_count(),
         "load_average_range": [
             min(g["load_before"] for g in aa + injected),

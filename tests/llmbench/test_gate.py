@@ -9,8 +9,16 @@ import numpy as np
 import pytest
 import yaml
 
-from llmbench.compare import REGRESSION, compare_summaries, parse_metric_spec
-from llmbench.gate import GateError, fastest_step_mean, fold, measure, step_cpu_ms
+from llmbench.compare import (
+    ALL_FAILED,
+    NOT_ENOUGH,
+    OK,
+    REGRESSION,
+    WITHIN_NOISE,
+    has_regression,
+    parse_metric_spec,
+)
+from llmbench.gate import fastest_step_mean, judge, measure, side_costs, step_cpu_ms
 from tests.llmbench.conftest import NULL_RUN
 
 ROOT = Path(__file__).parents[2]
@@ -26,36 +34,45 @@ def fake_run(path: Path, cpu_ms: list[float], completed: int = 10) -> Path:
     return path
 
 
-def test_a_trial_is_the_mean_of_the_fastest_run_at_each_step(tmp_path):
+def test_a_side_is_the_mean_of_its_fastest_run_at_each_step(tmp_path):
     # each run is interrupted at a different step (5 ms): the fastest at every step leaves them out
     runs = [[5.0, 0.1, 0.3], [0.1, 5.0, 0.3], [0.1, 0.1, 5.0], [0.2, 0.2, 0.4]]
-    costs = [step_cpu_ms(fake_run(tmp_path / f"r{i}", run)) for i, run in enumerate(runs)]
+    costs = side_costs([fake_run(tmp_path / f"r{i}", run) for i, run in enumerate(runs)])
+    assert costs.shape == (4, 3)
     assert fastest_step_mean(costs) == pytest.approx((0.1 + 0.1 + 0.3) / 3)
-    # steps that do not line up cannot be matched: the lowest run mean
-    uneven = costs[:3] + [step_cpu_ms(fake_run(tmp_path / "short", [0.1, 0.1]))]
-    assert fastest_step_mean(uneven) == pytest.approx(0.1)
+    # steps that do not line up cannot be matched
+    assert side_costs([tmp_path / "r0", fake_run(tmp_path / "short", [0.1, 0.1])]) is None
 
 
-def test_fold_groups_consecutive_runs_into_trials_that_compare_judges(tmp_path):
+def noisy_side(tmp_path: Path, name: str, step_ms: float, rng, completed: int = 10) -> list[Path]:
+    """8 runs of 50 steps, 5% of steps interrupted for 2-8 ms, one run slowed throughout."""
+    dirs = []
+    for k in range(8):
+        steps = step_ms * (1 + 0.01 * rng.random(50)) + (rng.random(50) < 0.05) * rng.uniform(2, 8, 50)
+        steps *= 1.5 if k == 3 else 1.0  # a burst of load over a whole run
+        dirs.append(fake_run(tmp_path / name / f"{k:02d}", list(steps), completed))
+    return dirs
+
+
+def test_the_gate_passes_a_a_and_catches_a_twenty_percent_slowdown(tmp_path):
     rng = np.random.default_rng(0)
-
-    def side(name: str, step_ms: float, completed: int = 10) -> list[Path]:
-        # 8 runs of 50 steps, each step now and then interrupted for 2-8 ms
-        dirs = []
-        for k in range(8):
-            steps = step_ms * (1 + 0.01 * rng.random(50)) + (rng.random(50) < 0.1) * rng.uniform(2, 8, 50)
-            dirs.append(fake_run(tmp_path / name / f"{k:02d}", list(steps), completed))
-        return dirs
-
-    base = fold(side("base", 0.070), group=4)
-    assert len(base["trials"]) == 2 and base["metrics"]["completed"] == 10
-    assert base["steps"]["mean_cpu_ms_per_step"] == pytest.approx(0.070, rel=0.01)
-    slow = fold(side("slow", 0.084), group=4)  # every step 20% slower
-    (verdict,) = compare_summaries(base, slow, [parse_metric_spec("steps.mean_cpu_ms_per_step:10%")])
-    assert verdict.change == pytest.approx(0.2, abs=0.01) and verdict.verdict == REGRESSION
-    assert fold(side("failed", 0.070, completed=0), group=4)["metrics"]["completed"] == 0
-    with pytest.raises(GateError, match="fewer than 2 trials"):
-        fold(side("few", 0.070)[:7], group=4)
+    check = parse_metric_spec("steps.mean_cpu_ms_per_step:10%")
+    base = noisy_side(tmp_path, "base", 0.070, rng)
+    (same,) = judge({"baseline": base, "current": noisy_side(tmp_path, "same", 0.070, rng)}, check)
+    assert same.verdict == OK and abs(same.change) < 0.02 and same.detectable < 0.2
+    assert same.baseline == pytest.approx(0.070, rel=0.01) and same.trials == (8, 8)
+    (slow,) = judge({"baseline": base, "current": noisy_side(tmp_path, "slow", 0.084, rng)}, check)
+    assert slow.verdict == REGRESSION and slow.change == pytest.approx(0.2, abs=0.01)
+    failed = judge(
+        {"baseline": base, "current": noisy_side(tmp_path, "failed", 0.070, rng, completed=0)}, check
+    )
+    assert [(v.metric, v.verdict) for v in failed] == [("completed", ALL_FAILED), (check.name, OK)]
+    assert has_regression(failed)
+    # steps that do not line up: the run means judge, with their noise
+    uneven = noisy_side(tmp_path, "uneven", 0.070, rng)
+    fake_run(tmp_path / "uneven-short", [0.07] * 40)
+    (means,) = judge({"baseline": base, "current": [*uneven[:-1], tmp_path / "uneven-short"]}, check)
+    assert means.verdict in (OK, WITHIN_NOISE, NOT_ENOUGH) and means.trials == (8, 8)
 
 
 def test_measure_alternates_the_sides_with_each_trees_own_code(tmp_path):
@@ -73,8 +90,9 @@ def test_measure_alternates_the_sides_with_each_trees_own_code(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--pairs", "3", "--group", "2"], "at least 2 trials"),
-        (["--pairs", "many"], "whole numbers"),
+        (["--pairs", "1"], "whole number 2 to 1000"),
+        (["--pairs", "many"], "whole number 2 to 1000"),
+        (["--threshold", "fast"], "like 10% or 0.1"),
         (["--baseline", "0000000000000000000000000000000000000000"], "not in this clone's history"),
         (["--frobnicate", "1"], "usage"),
     ],
