@@ -26,9 +26,10 @@ def _draw_generator(seed: int, num_outputs: int, device: torch.device) -> torch.
 
 class _DeviceValues:
     """One dtype's persistent host buffer (pinned on CUDA) and device buffer: a window's values are
-    written on the host and sent in one non-blocking copy. On CPU the host buffer serves as is."""
+    written on the host and sent in one non-blocking copy. On CPU the host buffer serves as is. They
+    double when a window needs more, rarely from the default size (pinning memory can synchronize)."""
 
-    def __init__(self, dtype: torch.dtype, device: torch.device, capacity: int = 1024):
+    def __init__(self, dtype: torch.dtype, device: torch.device, capacity: int = 1 << 14):
         self.dtype, self.device = dtype, device
         self._pinned = device.type == "cuda"
         # the host buffer may only be refilled once the last copy has read it; that copy went out
