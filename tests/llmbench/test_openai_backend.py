@@ -242,3 +242,25 @@ def test_more_streams_than_the_default_open_file_limit():
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, limits)
     assert all(out[-1].error is None and out[-1].finished for out in outputs.values())
+
+
+def test_chat_deltas_and_a_remote_servers_clock():
+    from llmbench.backends.openai_stream import StreamReader
+
+    reader = StreamReader("r", chat=True)
+    role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+    assert reader.feed(json.dumps(role), 1.0) == []  # no text: no arrival
+    two = {"choices": [{"delta": {"content": "ab"}, "token_ids": [5, 6], "finish_reason": "stop"}]}
+    times = {"t_queued": 100.0, "t_scheduled": 100.5, "t_first_token": 101.0, "t_token_handed": [101.0]}
+    # the server's wall clock is its perf_counter + 1000 s; ours is our perf_counter + 10 s
+    two["server_timestamps"] = {**times, "wall_offset": 1000.0}
+    (output,) = reader.feed(json.dumps(two), 2.0)
+    assert output.new_token_ids == [5, 6] and output.t_emit == 2.0
+    final = reader.finished(wall_offset=10.0)
+    assert final.finish_reason.value == "stop" and final.new_token_ids == [] and final.t_emit == 2.0
+    assert final.server_timestamps == {
+        "t_queued": 1090.0,
+        "t_scheduled": 1090.5,
+        "t_first_token": 1091.0,
+        "t_token_handed": [1091.0],
+    }
