@@ -126,3 +126,27 @@ def test_shipped_configs_are_valid():
     throughput = names["llama3-8b-throughput"].workload
     assert (throughput.num_requests, throughput.input.mean, throughput.output.mean) == (256, 256, 128)
     assert names["llama3-8b-latency"].workload.arrival.rate == 4
+
+
+def test_yaml_12_numbers_are_numbers(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "hardware: {peak_tflops: 4.8e3, peak_bandwidth_gb_s: 1e-3}\nworkload: {temperature: 1E0}\n"
+    )
+    config = load_config(path, ["workload.arrival.rate=2.5e1"])
+    assert (config.hardware.peak_tflops, config.hardware.peak_bandwidth_gb_s) == (4800.0, 0.001)
+    assert (config.workload.temperature, config.workload.arrival.rate) == (1.0, 25.0)
+    path.write_text("name: e3\n")  # not a number: no digit before the exponent
+    assert load_config(path).name == "e3"
+
+
+def test_a_shipped_config_resolves_by_name():
+    from llmbench.config import SHIPPED_CONFIGS
+
+    assert load_config("quickstart").name == load_config("quickstart.yaml").name == "quickstart"
+    assert {p.stem for p in SHIPPED_CONFIGS.glob("*.yaml")} >= {"quickstart", "ci", "ablation-cpu"}
+
+
+def test_cpu_threads_default_to_one():
+    assert parse_config({}).hardware.cpu_threads == 1
+    assert parse_config({}, ["hardware.cpu_threads=null"]).hardware.cpu_threads is None

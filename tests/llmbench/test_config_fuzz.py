@@ -176,3 +176,19 @@ def test_cli_never_shows_a_traceback(tmp_path, changes):
         line = " ".join(result.output.split())
         assert line.startswith("error: fuzz.yaml: "), (applied, result.output)
         assert names_a_changed_key(line.removeprefix("error: "), applied), (applied, result.output)
+
+
+YAML_CHARS = st.sampled_from(list("{}[]:,-?&*!|>'\"%@`#\n\t ") + ["name", "model", "1e3", "~", "<<"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(content=st.binary(max_size=200) | st.lists(YAML_CHARS, max_size=40).map(lambda p: "".join(p).encode()))
+def test_any_file_content_is_a_config_or_a_one_line_error(tmp_path, content):
+    path = tmp_path / "fuzz.yaml"
+    path.write_bytes(content)
+    try:
+        load_config(path)
+    except ConfigFileError as e:
+        message = str(e)
+        assert "\n" not in message and len(message) < 600
+        assert message.startswith((f"{path}: ", "fuzz.yaml: ")), message

@@ -174,3 +174,29 @@ def test_hf_backend_drops_an_aborted_request_that_is_still_queued():
         backend.check_empty()
     finally:
         backend.close()
+
+
+def test_a_run_in_which_every_request_failed_exits_1_with_its_reason(tmp_path, null_config_file):
+    out = tmp_path / "r"
+    # 2 blocks of 16 tokens hold no request of 40 prompt tokens or more: every one is rejected
+    overrides = SMALL_POOL + ["workload.input={dist: fixed, mean: 40}", "workload.warmup_requests=0"]
+    result = run_cli(null_config_file, out, *sets(overrides))
+    assert result.exit_code == 1, result.output
+    summary = load_summary(out)
+    assert summary["complete"] is True
+    assert (summary["metrics"]["completed"], summary["metrics"]["failed"]) == (0, 12)
+    assert (
+        summary["stop_reason"] == "no request completed (12 failed; see the error column of requests.jsonl)"
+    )
+
+
+def test_progress_counts_only_the_tokens_of_completed_requests():
+    from llmbench.console import RunProgress
+    from llmbench.results import RequestRecord
+
+    progress = RunProgress()
+    progress.phase("trial 1/1", total=2)
+    progress.request_done(RequestRecord("a", 0, False, 4, output_len=50, finish_reason="timeout"))
+    assert progress._output_tokens == 0
+    progress.request_done(RequestRecord("b", 0, False, 4, output_len=7, finish_reason="length"))
+    assert progress._output_tokens == 7

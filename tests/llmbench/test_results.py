@@ -1,6 +1,8 @@
 import csv
 import dataclasses
 import json
+import os
+from stat import S_IMODE
 
 import pytest
 from typer.testing import CliRunner
@@ -8,6 +10,7 @@ from typer.testing import CliRunner
 from engine.timing import StepRecord
 from llmbench.cli import app
 from llmbench.results import RequestRecord, load_requests, load_steps, load_summary, write_atomic
+from llmbench.run_dir import claim_run_dir
 
 REQUEST_KEYS = {
     "id",
@@ -22,7 +25,21 @@ REQUEST_KEYS = {
     "finish_reason",
     "error",
 }
-ENV_KEYS = {"python", "platform", "cpu", "torch", "triton", "transformers", "gpu", "gpu_memory_gb", "cuda"}
+ENV_KEYS = {
+    "llmbench",
+    "git_commit",
+    "python",
+    "platform",
+    "cpu",
+    "cpu_cores",
+    "torch_threads",
+    "torch",
+    "triton",
+    "transformers",
+    "gpu",
+    "gpu_memory_gb",
+    "cuda",
+}
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +134,51 @@ def test_write_atomic_replaces_whole_files(tmp_path):
     write_atomic(path, "new")
     assert path.read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]  # no temp file left behind
+
+
+def test_files_get_the_process_umask(tmp_path, null_config_file):
+    old = os.umask(0o027)
+    try:
+        out = tmp_path / "r"
+        assert CliRunner().invoke(app, ["run", str(null_config_file), "--out", str(out)]).exit_code == 0
+    finally:
+        os.umask(old)
+    modes = {p.name: S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+    assert modes == dict.fromkeys(["config.yaml", "requests.jsonl", "steps.csv", "summary.json"], 0o640)
+
+
+def test_a_second_run_into_a_run_directory_is_refused_unless_forced(tmp_path, null_config_file):
+    out = tmp_path / "r"
+    first = CliRunner().invoke(app, ["run", str(null_config_file), "--out", str(out)])
+    assert first.exit_code == 0
+    rows = (out / "requests.jsonl").read_text()
+    (out / "old.png").write_text("a plot of the old run")
+    again = CliRunner().invoke(app, ["run", str(null_config_file), "--out", str(out)])
+    assert again.exit_code == 2
+    assert again.stderr == (
+        f"error: {out} already holds a run (summary.json, requests.jsonl, steps.csv, config.yaml); "
+        "pass --force to replace it or choose another --out\n"
+    )
+    assert (out / "requests.jsonl").read_text() == rows, "nothing of the first run is touched"
+    forced = CliRunner().invoke(
+        app, ["run", str(null_config_file), "--out", str(out), "--force", "--set", "name=b"]
+    )
+    assert forced.exit_code == 0
+    assert len(load_requests(out)) == 14 and load_summary(out)["name"] == "b"  # the new run's rows alone
+    assert not (out / "old.png").exists()
+
+
+def test_two_runs_cannot_write_into_one_directory_at_once(tmp_path, null_config_file):
+    out = tmp_path / "r"
+    lock = claim_run_dir(out, replace=False)  # a run in progress there
+    try:
+        result = CliRunner().invoke(app, ["run", str(null_config_file), "--out", str(out)])
+    finally:
+        os.close(lock)
+    assert result.exit_code == 2
+    # the progress bar's stop leaves an empty line first
+    assert (
+        result.stderr.strip()
+        == f"error: run.yaml: {out}: another run is writing into it; choose another --out"
+    )
+    assert list(out.iterdir()) == []

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import llmbench
 import llmbench.backends
 from llmbench.backends.bundled import BundledBackend
 from llmbench.cli import app
@@ -142,6 +143,8 @@ def test_env_prints_versions_and_hardware():
     info = json.loads(result.stdout)
     assert info["torch"] and info["python"] and info["cpu_cores"] >= 1
     assert info["bandwidth"]["copy_gb_per_s"] > 0
+    assert info["torch_threads"] == 1  # the default hardware.cpu_threads, as a run applies it
+    assert info["llmbench"] == llmbench.__version__ and "git_commit" in info
 
 
 @pytest.mark.parametrize("command", ["run", "env"])
@@ -158,3 +161,36 @@ def test_python_dash_m_runs_the_cli():
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
     assert json.loads(result.stdout)["python"].count(".") == 2
+
+
+def test_ctrl_c_counts_requests_without_a_token_as_not_started(tmp_path):
+    # all 40 submitted at once, 8 run at a time: most are still queued in the engine at the interrupt
+    config, backend = start(HookedBackend(after=3), **{"workload.num_requests": 40})
+    result = run_benchmark(config, tmp_path, backend=backend)
+    metrics = result.summary["metrics"]
+    timed = [r for r in load_requests(tmp_path) if not r.warmup]
+    assert all(r.output_len > 0 for r in timed), "a request without a token is counted, not recorded"
+    unfinished = [r for r in timed if r.finish_reason is None]
+    assert metrics["completed"] + metrics["failed"] == len(timed)
+    assert metrics["failed"] == len(unfinished)
+    assert metrics["not_started"] == 40 - len(timed) > 0
+    assert (
+        result.summary["stop_reason"]
+        == f"interrupted (Ctrl-C); {metrics['not_started']} requests not started"
+    )
+
+
+def test_cpu_threads_are_applied_and_recorded(tmp_path, null_config_file):
+    import os
+
+    import torch
+
+    out = tmp_path / "r"
+    args = ["run", str(null_config_file), "--out", str(out), "--set", "hardware.cpu_threads=2"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    environment = load_summary(out)["environment"]
+    assert torch.get_num_threads() == environment["torch_threads"] == 2  # tests/conftest.py restores it
+    assert os.environ["OMP_NUM_THREADS"] == "2"  # what a process-split engine core starts with
+    assert environment["llmbench"] == llmbench.__version__
+    # this checkout is a git repository: its commit is recorded, "+dirty" when tracked files changed
+    assert environment["git_commit"] is None or len(environment["git_commit"].split("+")[0]) == 40
