@@ -137,9 +137,9 @@ def _check_each_batch(engine: LLMEngine) -> None:
     """Before each forward: no KV slot it writes lies outside its sequence's blocks."""
     execute, block_size = engine.executor.execute, engine.block_manager.block_size
 
-    def checked(batch: ScheduledBatch) -> torch.Tensor:
+    def checked(batch: ScheduledBatch, **timing: Any) -> torch.Tensor:
         assert_batch_within_blocks(batch, block_size)
-        return execute(batch)
+        return execute(batch, **timing)  # on CUDA the engine passes the step's GPU start event
 
     engine.executor.execute = checked
 
