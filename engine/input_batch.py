@@ -147,7 +147,8 @@ class InputBuffers:
             seq_index = np.repeat(np.arange(n), num_new)
             positions = np.arange(len(input_ids)) + (num_computed - query_start[:-1])[seq_index]
             token_rows = rows[seq_index]
-        sample_rows = query_start[1:][[s.sample for s in seqs]] - 1
+        sample = [s.sample for s in seqs]
+        sample_rows = query_start[1:] - 1 if all(sample) else query_start[1:][sample] - 1
         seq_lens = num_computed + num_new
         if num_steps > 1:
             # decodes only: forward k runs each sequence k positions on, except that one reaching
@@ -189,20 +190,25 @@ class InputBuffers:
             # async output: decodes whose input token was still unknown at scheduling take it from
             # the step in flight's sampled tokens, on the device, without a host round trip
             ids[feed_rows] = batch.feed_tokens[-1, feed_cols].to(ids.dtype)
-        positions = positions.view(num_steps, row_t)[:, :num_tokens]
-        seq_lens = seq_lens.view(num_steps, row_n)[:, :n]
-        slots = slots.view(torch.int64).view(num_steps, row_t)[:, :num_tokens]
+        slots = slots.view(torch.int64)
         tables = tables.view(n, width)
         decode_only = batch.is_decode_only
+        if num_steps == 1:
+            attn = AttentionMetadata(slots[:num_tokens], tables, seq_lens[:n], query_start, decode_only)
+            decode_rows = None
+            if num_tokens == n:  # sections 0-2 are then three rows of row_n
+                decode_rows = device[: starts[3]].view(3, row_n)[:, :n]
+            return ModelInput(ids, positions[:num_tokens], attn, sample_rows, decode_rows=decode_rows)
+        # a window: one row per forward
+        positions = positions.view(num_steps, row_t)[:, :num_tokens]
+        seq_lens = seq_lens.view(num_steps, row_n)[:, :n]
+        slots = slots.view(num_steps, row_t)[:, :num_tokens]
         attns = [
             AttentionMetadata(slots[k], tables, seq_lens[k], query_start, decode_only)
             for k in range(num_steps)
         ]
         later = [(positions[k], attns[k]) for k in range(1, num_steps)]
-        decode_rows = None
-        if num_tokens == n and num_steps == 1:  # sections 0-2 are then three rows of row_n
-            decode_rows = device[: starts[3]].view(3, row_n)[:, :n]
-        return ModelInput(ids, positions[0], attns[0], sample_rows, later, decode_rows)
+        return ModelInput(ids, positions[0], attns[0], sample_rows, later)
 
     def _host(self, size: int) -> torch.Tensor:
         """This step's host buffer, free to fill and holding at least size entries."""
