@@ -16,8 +16,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from engine.check import assert_engine_empty
 from engine.config import EngineConfig
 from engine.core_client import EngineCoreClient
 from engine.llm_engine import LLMEngine
@@ -35,14 +35,6 @@ class EngineDeadError(RuntimeError):
     """The engine stopped: no request can be served any more."""
 
 
-@dataclass
-class Stream:
-    """Where one HTTP request's outputs go: (choice index, output, time handed to the event loop)
-    tuples, or an EngineDeadError."""
-
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
-
-
 class EngineLoop:
     def __init__(self, config: EngineConfig, on_records: Callable[[list[StepRecord]], None]):
         """on_records runs on the event loop with each batch of drained step records."""
@@ -51,7 +43,8 @@ class EngineLoop:
         self.executor = self.engine.executor  # shape, max_model_len, num_blocks
         self.dead: str | None = None
         self._on_records = on_records
-        self._routes: dict[str, tuple[Stream, int]] = {}  # engine request id -> stream, choice index
+        # engine request id -> its HTTP request's queue of (choice index, output, time handed over), and index
+        self._routes: dict[str, tuple[asyncio.Queue, int]] = {}
         self._commands: queue.SimpleQueue[tuple] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._running = True
@@ -66,7 +59,7 @@ class EngineLoop:
     # the event loop's side
 
     def add(
-        self, request_id: str, prompt: list[int], params: SamplingParams, stream: Stream, index: int
+        self, request_id: str, prompt: list[int], params: SamplingParams, stream: asyncio.Queue, index: int
     ) -> None:
         if self.dead is not None:
             raise EngineDeadError(self.dead)
@@ -103,13 +96,13 @@ class EngineLoop:
             if output.finished:
                 del self._routes[output.request_id]
             stream, index = route
-            stream.queue.put_nowait((index, output, handed))
+            stream.put_nowait((index, output, handed))
 
     def _fail_all(self, reason: str) -> None:
         self.dead = reason
         error = EngineDeadError(reason)
         for stream, _ in self._routes.values():
-            stream.queue.put_nowait(error)
+            stream.put_nowait(error)
         self._routes.clear()
 
     # the engine thread's side
@@ -156,8 +149,6 @@ class EngineLoop:
         if self.split:
             failure = self.engine.check_empty()
         else:
-            from engine.check import assert_engine_empty
-
             try:
                 assert_engine_empty(self.engine)
                 failure = None

@@ -14,7 +14,7 @@ from starlette.requests import Request
 
 from engine.request import FinishReason, RequestOutput, SamplingParams
 from engine.serving.detokenizer import IncrementalDetokenizer
-from engine.serving.engine_loop import EngineLoop, Stream
+from engine.serving.engine_loop import EngineLoop
 from engine.serving.metrics import ServerMetrics
 from engine.serving.tokenizer import TextTokenizer
 
@@ -73,22 +73,20 @@ class Generation:
             Choice(i, f"{self.id}-{i}", prompt, IncrementalDetokenizer(tokenizer, prompt, stop))
             for i, prompt in enumerate(prompts)
         ]
-        self.stream = Stream()
+        self.queue: asyncio.Queue = asyncio.Queue()  # this request's outputs, from the engine loop
         self._unfinished = len(prompts)
 
     def start(self) -> None:
         """Hand the prompts to the engine; EngineDeadError when it is gone."""
         for choice in self.choices:
-            self.engine.add(
-                choice.request_id, choice.prompt_token_ids, self.params, self.stream, choice.index
-            )
+            self.engine.add(choice.request_id, choice.prompt_token_ids, self.params, self.queue, choice.index)
             choice.t_queued = time.perf_counter()
 
     async def deltas(self, request: Request) -> AsyncIterator[tuple[Choice, str, list[int]]]:
         """(choice, new text, new token ids) per engine output, until every choice has finished.
         Raises RequestRejected, EngineDeadError, or ClientGone (after aborting what is left)."""
         watcher = asyncio.create_task(self._watch(request))
-        queue = self.stream.queue
+        queue = self.queue
         try:
             while self._unfinished:
                 item = await queue.get()
@@ -109,10 +107,10 @@ class Generation:
 
     async def _watch(self, request: Request) -> None:
         """Wake the request with ClientGone when its client disconnects. One pending receive() per
-        request, not a poll: polling is.disconnected() cost more than serving at 1,000 streams."""
+        request, not a poll: polling is_disconnected() cost more than serving at 1,000 streams."""
         while (await request.receive())["type"] != "http.disconnect":
             pass
-        self.stream.queue.put_nowait(ClientGone())
+        self.queue.put_nowait(ClientGone())
 
     def _apply(self, choice: Choice, output: RequestOutput, handed: float) -> str:
         if output.finish_reason in (FinishReason.ERROR, FinishReason.REJECTED):
