@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 
+from engine.serving.engine_loop import RECORDS_EVERY_S
 from llmbench.backends.server import ServerBackend
 from llmbench.config import load_config
 from llmbench.runner import run_benchmark
@@ -52,7 +53,10 @@ class _MeteredServer(ServerBackend):
         super().close()
 
     def _step_gpu_ms(self) -> float | None:
-        """None without GPU timing (the histogram has no series until a step observes GPU time)."""
+        """None without GPU timing (the histogram has no series until a step observes GPU time). Read
+        after the server's step records of the last moments have reached /metrics (no step runs
+        meanwhile: the warm-up is over, or the trials are)."""
+        time.sleep(RECORDS_EVERY_S + 0.5)
         try:
             text = httpx.get(f"{self.url}/metrics", timeout=10.0).text
         except httpx.HTTPError:
