@@ -145,8 +145,8 @@ def bootstrap_fastest(costs: np.ndarray, resamples: int = 2000, seed: int = 0) -
     """fastest_step_mean of random halves of the runs (drawn without replacement), `resamples` times
     (seeded). Halves rather than the usual resampling with replacement: a minimum over a resample that
     repeats two or three runs keeps their interruptions, and such draws gave the interval a tail many
-    times the noise; a half always holds K/2 distinct runs, so its spread is that of a gate with half
-    the runs, a little wider than the gate's own (conservative)."""
+    times the noise. A half always holds K/2 distinct runs; for a figure averaged over runs its spread is
+    the full set's (balanced half-samples), for this minimum a little wider."""
     rng = np.random.default_rng(seed)
     half = max(1, (len(costs) + 1) // 2)
     picks = np.argsort(rng.random((resamples, len(costs))), axis=1)[:, :half]
@@ -183,7 +183,7 @@ def main() -> None:
     parser.add_argument("current", type=Path, help="tree whose code is judged")
     parser.add_argument("work", type=Path, help="directory for the runs")
     parser.add_argument("--config", default="configs/ci.yaml", help="each tree's own config at this path")
-    parser.add_argument("--pairs", type=int, default=10)
+    parser.add_argument("--pairs", type=int, default=12)
     parser.add_argument("--threshold", default="10%", help="slowdown that fails: 10%% or 0.1")
     parser.add_argument("--json", type=Path, help="write the verdicts here")
     args = parser.parse_args()

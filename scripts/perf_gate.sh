@@ -6,7 +6,7 @@
 #
 # --baseline  default: the commit named in results/baselines/ci/COMMIT (built in a git worktree)
 # --current   default: this checkout's working tree as it is; a commit is built in a worktree
-# --pairs     baseline/current run pairs (default 10)
+# --pairs     baseline/current run pairs (default 12)
 # --threshold the slowdown that fails (default 10%, chosen from measured A/A noise: README, "Regression
 #             gate"); the gate also fails when its trials are too noisy to catch twice that
 # --keep DIR  copy the verdicts (verdicts.json) there
@@ -30,7 +30,7 @@ fail_usage() {
 }
 
 root="$(git -C "$(dirname "$0")" rev-parse --show-toplevel 2>/dev/null)" || fail_usage "not inside a git clone"
-baseline="" current="" pairs=10 threshold=10% keep=""
+baseline="" current="" pairs=12 threshold=10% keep=""
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || usage
     case "$1" in
@@ -61,13 +61,15 @@ baseline="$(resolve "$baseline")"
 
 work="$(mktemp -d)"
 cleanup() {
+    set +e  # remove whatever is there, whatever fails
     for tree in "$work"/*-tree; do
-        [ -d "$tree" ] && git -C "$root" worktree remove --force "$tree" >/dev/null 2>&1
+        [ -d "$tree" ] && git -C "$root" worktree remove --force --force "$tree" >/dev/null 2>&1
     done
-    git -C "$root" worktree prune
     rm -rf "$work"
+    git -C "$root" worktree prune
 }
 trap cleanup EXIT
+trap "exit 130" INT TERM  # the EXIT trap then removes the worktrees
 git -C "$root" worktree add -q --detach "$work/baseline-tree" "$baseline"
 current_tree="$root"
 if [ -n "$current" ]; then

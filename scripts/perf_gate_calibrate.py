@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--aa", type=int, default=40, help="A/A gates")
     parser.add_argument("--injected", type=int, default=20, help="gates with the slowdown injected")
     parser.add_argument("--slowdown", type=float, default=0.2, help="injected fraction of CPU ms per step")
-    parser.add_argument("--pairs", type=int, default=10)
+    parser.add_argument("--pairs", type=int, default=12)
     parser.add_argument("--threshold", default="10%")
     parser.add_argument("--commit", default="HEAD", help="the code on both sides")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "cpu" / "perf_gate_calibration.json")
@@ -87,26 +87,23 @@ def main() -> None:
     aa, injected = [], []
     inject_us = None
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    for i in range(max(args.aa, args.injected)):
-        if i < args.aa:
-            aa.append(run_gate(commit, args.pairs, args.threshold, None))
-            log.info(
-                "A/A %d: exit %d, %+.1f%%, load %.1f",
-                i + 1,
-                aa[-1]["exit_code"],
-                100 * aa[-1]["change"],
-                aa[-1]["load_before"],
-            )
-            if inject_us is None:
-                inject_us = args.slowdown * aa[0]["baseline_cpu_ms_per_step"] * 1000
-        if i < args.injected:
+    for i in range(args.aa):
+        aa.append(run_gate(commit, args.pairs, args.threshold, None))
+        gate = aa[-1]
+        log.info(
+            "A/A %d: exit %d, %+.1f%%, load %.1f",
+            i + 1,
+            gate["exit_code"],
+            100 * gate["change"],
+            gate["load_before"],
+        )
+        if inject_us is None:
+            inject_us = args.slowdown * aa[0]["baseline_cpu_ms_per_step"] * 1000
+        # the injected gates spread evenly between the A/A ones
+        while len(injected) < args.injected * (i + 1) // args.aa:
             injected.append(run_gate(commit, args.pairs, args.threshold, inject_us))
-            log.info(
-                "injected %d: exit %d, %+.1f%%",
-                i + 1,
-                injected[-1]["exit_code"],
-                100 * injected[-1]["change"],
-            )
+            gate = injected[-1]
+            log.info("injected %d: exit %d, %+.1f%%", len(injected), gate["exit_code"], 100 * gate["change"])
     result = {
         "command": shlex.join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
         "commit": commit,
