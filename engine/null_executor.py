@@ -1,7 +1,8 @@
 """An executor without a model: it answers every step at once with tokens derived from
-(seq_id, position). It still builds each step's model inputs with the model runner's own code, into
-host buffers, so running the engine on it measures the host's whole CPU cost (scheduling, input
-preparation, output processing) on any machine, the part a GPU host pays that no forward hides."""
+(seq_id, position). It still does the model runner's host work before a forward, with the model
+runner's own code: the step's model inputs, built into host buffers, and the sampler's parameters.
+So running the engine on it measures the host's whole CPU cost (scheduling, input preparation,
+output processing) on any machine, the part a GPU host pays that no forward hides."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from engine.batch import ScheduledBatch
 from engine.config import EngineConfig
 from engine.input_batch import InputBuffers
 from engine.loader import model_shape, resolve_max_model_len
+from engine.sampler import Sampler
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +30,7 @@ class NullExecutor:
         self.num_blocks = self._num_blocks(config)
         self.device = torch.device("cpu")
         self.inputs = InputBuffers(config.block_size, self.device)
+        self.sampler = Sampler(self.shape.eos_token_id, self.shape.vocab_size, self.device, config.model.seed)
         logger.info("null executor: %d KV blocks, max_model_len %d", self.num_blocks, self.max_model_len)
 
     def _num_blocks(self, config: EngineConfig) -> int:
@@ -46,10 +49,13 @@ class NullExecutor:
     def execute(self, batch: ScheduledBatch) -> torch.Tensor:
         """Tokens [num_steps, n_sample]: the one sampled at position p of sequence s is a hash of
         (s, p), so any batching, chunking or multi-step window yields the same tokens."""
-        inputs = self.inputs.prepare(batch)  # what a GPU host does before launching the forward
-        sample = [s.sample for s in batch.seqs]
-        ids = np.array([s.seq_id for s in batch.seqs])[sample]
-        positions = inputs.attn.seq_lens.numpy()[sample]  # where the first sampled token lands
+        # what a GPU host does before launching the forward
+        inputs = self.inputs.prepare(batch)
+        sampled = [s for s in batch.seqs if s.sample]
+        self.sampler.prepare(sampled, batch.num_steps)
+        ids = np.array([s.seq_id for s in sampled], dtype=np.int64)
+        # where each first sampled token lands: one past its sequence's last new token
+        positions = inputs.positions.numpy()[inputs.sample_rows.numpy()] + 1
         steps = np.arange(batch.num_steps)[:, None]
         tokens = (ids * 1_000_003 + (positions + steps) * 7_919) % (self.shape.vocab_size - 1)
         tokens += tokens >= self.shape.eos_token_id  # skip EOS
