@@ -4,6 +4,7 @@ import random
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.input_batch import BlockTables, InputBuffers
@@ -181,3 +182,41 @@ def test_fed_decodes_take_their_input_token_from_the_step_in_flight():
     batch = ScheduledBatch(seqs, feed_rows=[0, 2], feed_cols=[1, 0], feed_tokens=torch.tensor([[70, 71, 72]]))
     inputs = InputBuffers(BLOCK, torch.device("cpu")).prepare(batch)
     assert inputs.input_ids.tolist() == [71, 0, 70]
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+class DeviceOps(TorchDispatchMode):
+    """The names of the tensor ops run inside the block, views left out."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view:
+            self.ops.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@cuda
+@pytest.mark.parametrize("num_steps", [1, 4])
+def test_on_cuda_one_copy_carries_the_step_and_it_holds_what_the_cpu_builds(num_steps):
+    buffers = InputBuffers(BLOCK, torch.device("cuda"))
+    for seed in range(3):  # both pinned buffers, each reused
+        if num_steps == 1:
+            batch = mixed_batch(7, seed)
+        else:
+            seqs = [
+                ScheduledSeq(
+                    i, [5] * (9 + i), 8 + i, 1, [i, 9, 20 + i, 30], SamplingParams(max_tokens=9), True, 2
+                )
+                for i in range(5)
+            ]
+            batch = ScheduledBatch(seqs, num_steps=num_steps)
+        with DeviceOps() as device:
+            inputs = buffers.prepare(batch)
+        assert device.ops == ["copy_"]
+        assert packed_inputs(inputs) == packed_inputs(InputBuffers(BLOCK, torch.device("cpu")).prepare(batch))
+        assert inputs.input_ids.is_cuda and inputs.attn.slot_mapping.dtype == torch.int64
