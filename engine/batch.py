@@ -15,7 +15,9 @@ class ScheduledSeq:
     token_ids: list[int]  # the sequence's tokens so far (prompt + outputs); read, never mutated
     num_computed: int  # tokens whose K/V is already in the cache: the first new token's position
     num_new: int  # tokens to run this step (a prompt chunk, or 1 for a decode)
-    block_table: list[int]  # KV blocks covering at least num_computed + num_new tokens
+    # KV blocks covering at least num_computed + num_new tokens; the sequence's own list, only ever
+    # appended to while it holds it (input preparation keeps a copy and writes just the new blocks)
+    block_table: list[int]
     sampling: SamplingParams
     sample: bool  # False for a prompt chunk that does not reach the prompt's end
     num_outputs: int = 0  # tokens generated so far, for min_tokens and per-request seeds
