@@ -1,4 +1,5 @@
 import json
+import time
 
 import httpx
 import openai
@@ -7,6 +8,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.request import SamplingParams
+from engine.serving.engine_loop import RECORDS_EVERY_S
 from tests.engine.serving.conftest import TINY
 
 PROMPTS = [[(11 * i + j) % 500 + 3 for j in range(4 + 7 * i)] for i in range(3)]
@@ -166,8 +168,15 @@ def test_unknown_fields_are_ignored_and_the_server_still_serves(server):
     assert server.check_empty() is None
 
 
+def engine_steps(server) -> float:
+    """Engine steps recorded so far (none before the first drain)."""
+    labels = {"model_name": "tiny"}
+    return server.state.metrics.registry.get_sample_value("llmbench:step_cpu_ms_count", labels) or 0.0
+
+
 def test_a_disconnect_mid_stream_aborts_the_request_and_frees_its_blocks(server):
     body = {"prompt": PROMPTS[2], "max_tokens": 2000, "ignore_eos": True, "stream": True}
+    steps_before = engine_steps(server)
     with httpx.stream("POST", server.url + "/v1/completions", json=body) as response:
         received = 0
         for line in response.iter_lines():
@@ -175,8 +184,9 @@ def test_a_disconnect_mid_stream_aborts_the_request_and_frees_its_blocks(server)
             if received == 3:
                 break  # leave with the request mid-way: closing the connection is the abort
     assert server.check_empty() is None
-    health = httpx.get(server.url + "/health")
-    assert health.status_code == 200
+    time.sleep(2 * RECORDS_EVERY_S)  # the engine's last step records reach the metrics
+    assert engine_steps(server) - steps_before < 200  # aborted, not run on to its 2,000 tokens
+    assert httpx.get(server.url + "/health").status_code == 200
 
 
 def test_tokenize_detokenize_models_and_metrics(server):
