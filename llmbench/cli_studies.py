@@ -23,6 +23,7 @@ from llmbench.cli_common import (
 )
 from llmbench.config import ConfigFileError
 from llmbench.console import RunProgress, console, setup_logging
+from llmbench.run_dir import RunDirError
 from llmbench.study import StudyResult
 from llmbench.workload import WorkloadError
 
@@ -55,7 +56,7 @@ def ablate(
     from llmbench.ablate import AblationError, ablation_table, run_ablation
 
     setup_logging(verbose)
-    user_errors = (AblationError, ConfigFileError, ConfigError, WorkloadError)
+    user_errors = (AblationError, ConfigFileError, ConfigError, WorkloadError, RunDirError)
     failure = f"ablation failed; variants measured so far are in {out or 'results/'}"
     # Ctrl-C while a variant's model loads; during a run, run_benchmark keeps what it measured
     with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
@@ -80,7 +81,7 @@ def sweep(
     from llmbench.sweep import SweepError, run_sweep, sweep_table
 
     setup_logging(verbose)
-    user_errors = (SweepError, ConfigFileError, ConfigError, WorkloadError)
+    user_errors = (SweepError, ConfigFileError, ConfigError, WorkloadError, RunDirError)
     failure = f"sweep failed; rates measured so far are in {out or 'results/'}"
     with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
         result = run_sweep(config, set_ or [], rates, out, progress)

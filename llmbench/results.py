@@ -65,8 +65,10 @@ class RequestRecord:
 
 
 def default_run_dir(name: str, root: str | Path = "results") -> Path:
+    """root/NAME-TIME, one directory whatever slashes the name holds (a sweep's "ci @ 40 req/s")."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return Path(root) / f"{name}-{stamp}"
+    safe = name.replace("/", "_").replace("\\", "_")
+    return Path(root) / f"{safe}-{stamp}"
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -25,7 +25,7 @@ def check_run_dir(run_dir: Path, replace: bool) -> None:
     if old and not replace:
         raise RunDirError(
             f"{run_dir} already holds a run ({', '.join(old)}); "
-            "pass --force to replace it or choose another --out"
+            "choose another --out (llmbench run --force replaces it)"
         )
 
 

@@ -94,6 +94,8 @@ def run_benchmark(
             _run_trials(state, first, workloads, repeat, trial_metrics)
             complete = True
             stopped = _nothing_completed(trial_metrics)
+            if stopped:
+                logger.error("run failed: %s", stopped)
         except KeyboardInterrupt:
             interrupted = True
             logger.warning("interrupted: writing partial results")

@@ -157,7 +157,7 @@ def test_a_second_run_into_a_run_directory_is_refused_unless_forced(tmp_path, nu
     assert again.exit_code == 2
     assert again.stderr == (
         f"error: {out} already holds a run (summary.json, requests.jsonl, steps.csv, config.yaml); "
-        "pass --force to replace it or choose another --out\n"
+        "choose another --out (llmbench run --force replaces it)\n"
     )
     assert (out / "requests.jsonl").read_text() == rows, "nothing of the first run is touched"
     forced = CliRunner().invoke(
@@ -182,3 +182,10 @@ def test_two_runs_cannot_write_into_one_directory_at_once(tmp_path, null_config_
         == f"error: run.yaml: {out}: another run is writing into it; choose another --out"
     )
     assert list(out.iterdir()) == []
+
+
+def test_the_default_run_directory_is_one_directory_under_the_root(tmp_path):
+    from llmbench.results import default_run_dir
+
+    path = default_run_dir("ci @ 40 req/s", tmp_path)
+    assert path.parent == tmp_path and path.name.startswith("ci @ 40 req_s-")
