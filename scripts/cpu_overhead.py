@@ -20,6 +20,12 @@ from engine.request import SamplingParams
 NUM_SEQS, FORWARDS = 256, 400
 
 
+def drain(engine: LLMEngine, gpu: bool) -> list:
+    if gpu:
+        torch.cuda.synchronize()  # every step's GPU events have fired: the drain returns them all
+    return engine.drain_step_records()
+
+
 def measure(num_scheduler_steps: int, gpu: bool) -> dict:
     if gpu:
         model = ModelConfig(preset="llama3-8b", device="cuda", dtype="bfloat16")
@@ -38,12 +44,10 @@ def measure(num_scheduler_steps: int, gpu: bool) -> dict:
         engine.add_request(str(i), list(range(1, 129)), SamplingParams(max_tokens=3000, ignore_eos=True))
     for _ in range(5):  # prefill and warm-up
         engine.step()
-    engine.drain_step_records()
+    drain(engine, gpu)
     for _ in range(FORWARDS // num_scheduler_steps):
         engine.step()
-    if gpu:
-        torch.cuda.synchronize()  # every step's GPU events have fired: the drain returns them all
-    records = [r for r in engine.drain_step_records() if r.num_decode_seqs == NUM_SEQS]
+    records = [r for r in drain(engine, gpu) if r.num_decode_seqs == NUM_SEQS]
 
     def median(field: str) -> float:
         return statistics.median(getattr(r, field) for r in records)
