@@ -73,7 +73,13 @@ def run(
     # loading: nothing measured yet
     with exit_codes((ValueError,), f"{config.name}: ", interruptible=True):
         backend = make_backend(cfg)
-    failure = f"run failed; results measured so far are in {run_dir}"
+
+    def failure() -> str:
+        # a run that failed before its first row names no directory it never wrote
+        if (run_dir / "config.yaml").exists():
+            return f"run failed; results measured so far are in {run_dir}"
+        return "run failed before anything was measured"
+
     user_errors = (ConfigError, WorkloadError, RunDirError)
     with exit_codes(user_errors, f"{config.name}: ", failure), RunProgress() as progress:
         result = run_benchmark(cfg, run_dir, repeat, backend, progress, check, replace=force)

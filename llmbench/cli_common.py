@@ -8,7 +8,7 @@ import json
 import logging
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -47,12 +47,13 @@ def usage_error(message: str) -> typer.Exit:
 def exit_codes(
     user_errors: tuple[type[Exception], ...],
     prefix: str = "",
-    failure: str | None = None,
+    failure: str | Callable[[], str] | None = None,
     interruptible: bool = False,
 ) -> Iterator[None]:
     """Turn what the block raises into an exit: a user error is one line (after `prefix`) and exit 2;
-    with `interruptible`, Ctrl-C exits 130; with `failure`, any other exception is logged with its
-    traceback under that message and exits 1. Anything else propagates: a bug shows its traceback."""
+    with `interruptible`, Ctrl-C exits 130; with `failure` (a message, or a function that words it when
+    the failure happens), any other exception is logged with its traceback under that message and exits
+    1. Anything else propagates: a bug shows its traceback."""
     try:
         yield
     except user_errors as e:
@@ -64,7 +65,7 @@ def exit_codes(
     except Exception:
         if failure is None:
             raise
-        logger.exception(failure)
+        logger.exception(failure() if callable(failure) else failure)
         raise typer.Exit(EXIT_FAILURE) from None
 
 

@@ -6,6 +6,7 @@ from typer.testing import CliRunner
 
 import llmbench
 import llmbench.backends
+import llmbench.runner
 from llmbench.backends.bundled import BundledBackend
 from llmbench.cli import app
 from llmbench.config import parse_config
@@ -194,3 +195,16 @@ def test_cpu_threads_are_applied_and_recorded(tmp_path, null_config_file):
     assert environment["llmbench"] == llmbench.__version__
     # this checkout is a git repository: its commit is recorded, "+dirty" when tracked files changed
     assert environment["git_commit"] is None or len(environment["git_commit"].split("+")[0]) == 40
+
+
+def test_a_failure_before_the_first_row_names_no_run_directory(
+    tmp_path, monkeypatch, null_config_file, caplog
+):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug while building the workload")
+
+    monkeypatch.setattr(llmbench.runner, "build_workload", broken)
+    result = CliRunner().invoke(app, ["run", str(null_config_file), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 1
+    assert "run failed before anything was measured" in caplog.text
+    assert not (tmp_path / "r").exists()
