@@ -79,6 +79,7 @@ class EngineConfig:
     cuda_graph_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256])
     attention_backend: str = "auto"  # auto: triton on cuda, torch on cpu
     dependent_launch: bool = True  # Triton kernels on Hopper and later: programmatic dependent launch
+    tensor_parallel_size: int = 1  # ranks the weights are split over, one process each
     # measurement
     step_timing: bool = True  # per-step host phase times and CUDA events
 
@@ -128,3 +129,17 @@ class EngineConfig:
             "attention_backend",
             f"expected one of {', '.join(ATTENTION_BACKENDS)}, got {self.attention_backend!r}",
         )
+        _require(
+            self.tensor_parallel_size >= 1,
+            "tensor_parallel_size",
+            f"expected an integer >= 1, got {self.tensor_parallel_size}",
+        )
+        if self.tensor_parallel_size > 1 and self.model.device != "cpu":
+            import torch  # only here: the config is read before anything else needs torch
+
+            gpus = torch.cuda.device_count()
+            _require(
+                gpus == 0 or self.tensor_parallel_size <= gpus,
+                "tensor_parallel_size",
+                f"{self.tensor_parallel_size} ranks need as many GPUs, {gpus} visible",
+            )

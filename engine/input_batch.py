@@ -12,6 +12,7 @@ buffer; the model's inputs are views of it. On the CPU the host buffer is the de
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -42,6 +43,59 @@ class ModelInput:
         """Forward `step` (>= 1) of a multi-step window: its input tokens are those just sampled."""
         positions, attn = self.later[step - 1]
         return ModelInput(sampled, positions, attn, self.sample_rows)
+
+
+class StepLayout(NamedTuple):
+    """Everything needed to find one step's tensors in its packed buffer: with it, another tensor-
+    parallel rank rebuilds the model inputs from the buffer alone."""
+
+    num_seqs: int
+    num_tokens: int
+    num_steps: int
+    width: int  # block table entries per sequence
+    num_sample: int
+    num_feed: int
+    decode_only: bool
+
+    def sections(self) -> tuple[list[int], list[int]]:
+        """Each section's size and start, in int32 entries; the last start is the buffer's size. Each
+        section starts on a 16-byte boundary, and so does each forward's row of a window (Triton
+        specializes kernels on pointer alignment: an unaligned view would compile a second variant of
+        a kernel mid-run, ~0.7 s on an H200, when the batch's shape shifts the sections)."""
+        n, t, k = self.num_seqs, self.num_tokens, self.num_steps
+        sizes = [t, k * _padded(t), k * _padded(n), n + 1, self.num_sample, n * self.width]
+        sizes += [2 * k * _padded(t), self.num_feed, self.num_feed]
+        return sizes, np.cumsum([0] + [_padded(size) for size in sizes]).tolist()
+
+
+def unpack(packed: torch.Tensor, layout: StepLayout) -> tuple[ModelInput, torch.Tensor, torch.Tensor]:
+    """The model inputs as views of a step's packed buffer, and the async-output feed rows and
+    columns."""
+    n, num_tokens, num_steps, width = layout.num_seqs, layout.num_tokens, layout.num_steps, layout.width
+    sizes, starts = layout.sections()
+    ids, positions, seq_lens, query_start, sample_rows, tables, slots, feed_rows, feed_cols = (
+        packed[start : start + size] for start, size in zip(starts, sizes, strict=False)
+    )
+    slots = slots.view(torch.int64)
+    tables = tables.view(n, width)
+    decode_only = layout.decode_only
+    if num_steps == 1:
+        attn = AttentionMetadata(slots[:num_tokens], tables, seq_lens[:n], query_start, decode_only)
+        decode_rows = None
+        if num_tokens == n:  # sections 0-2 are then three rows of row_n
+            decode_rows = packed[: starts[3]].view(3, _padded(n))[:, :n]
+        inputs = ModelInput(ids, positions[:num_tokens], attn, sample_rows, decode_rows=decode_rows)
+        return inputs, feed_rows, feed_cols
+    # a window: one row per forward
+    row_t, row_n = _padded(num_tokens), _padded(n)
+    positions = positions.view(num_steps, row_t)[:, :num_tokens]
+    seq_lens = seq_lens.view(num_steps, row_n)[:, :n]
+    slots = slots.view(num_steps, row_t)[:, :num_tokens]
+    attns = [
+        AttentionMetadata(slots[k], tables, seq_lens[k], query_start, decode_only) for k in range(num_steps)
+    ]
+    later = [(positions[k], attns[k]) for k in range(1, num_steps)]
+    return ModelInput(ids, positions[0], attns[0], sample_rows, later), feed_rows, feed_cols
 
 
 class BlockTables:
@@ -127,6 +181,10 @@ class InputBuffers:
         self._copied = [torch.cuda.Event() for _ in self._hosts] if self._on_cuda else []
         self._device_buf = torch.empty(capacity, dtype=torch.int32, device=device) if self._on_cuda else None
         self._turn = 0
+        # the last step's packed buffer (on the device) and its layout: what rank 0 of a tensor-
+        # parallel group broadcasts
+        self.packed: torch.Tensor | None = None
+        self.layout: StepLayout | None = None
 
     def _host_buffer(self, capacity: int) -> torch.Tensor:
         return torch.empty(capacity, dtype=torch.int32, pin_memory=self._on_cuda)
@@ -159,56 +217,33 @@ class InputBuffers:
             seq_lens = positions + 1
         table = self.block_tables.table
         slots = table[token_rows, positions // bs] * bs + positions % bs
-        width = int(num_blocks.max())
-        # one buffer, one copy: sections in this order, each starting on a 16-byte boundary, and so
-        # does each forward's row of a window (Triton specializes kernels on pointer alignment: an
-        # unaligned view would compile a second variant of a kernel mid-run, ~0.7 s on an H200, when
-        # the batch's shape shifts the sections)
         num_tokens, num_feed = len(input_ids), len(batch.feed_rows)
-        row_t, row_n = _padded(num_tokens), _padded(n)
-        sizes = [num_tokens, num_steps * row_t, num_steps * row_n, n + 1, len(sample_rows), n * width]
-        sizes += [2 * num_steps * row_t, num_feed, num_feed]
-        starts = np.cumsum([0] + [_padded(size) for size in sizes]).tolist()
+        layout = StepLayout(
+            n, num_tokens, num_steps, int(num_blocks.max()), len(sample_rows), num_feed, batch.is_decode_only
+        )
+        sizes, starts = layout.sections()
         host = self._host(starts[-1]).numpy()
         ids_h, positions_h, seq_lens_h, query_start_h, sample_rows_h, tables_h, slots_h, rows_h, cols_h = (
             host[start : start + size] for start, size in zip(starts, sizes, strict=False)
         )
+        row_t, row_n, width = _padded(num_tokens), _padded(n), layout.width
         ids_h[:] = input_ids
         positions_h.reshape(num_steps, row_t)[:, :num_tokens] = positions
         seq_lens_h.reshape(num_steps, row_n)[:, :n] = seq_lens
         query_start_h[:] = query_start
         sample_rows_h[:] = sample_rows
-        np.take(table[:, :width], rows, axis=0, out=tables_h.reshape(n, width))
+        np.take(self.block_tables.table[:, :width], rows, axis=0, out=tables_h.reshape(n, width))
         slots_h.view(np.int64).reshape(num_steps, row_t)[:, :num_tokens] = slots
         if num_feed:
             rows_h[:], cols_h[:] = batch.feed_rows, batch.feed_cols
-        device = self._send(starts[-1])
-        ids, positions, seq_lens, query_start, sample_rows, tables, slots, feed_rows, feed_cols = (
-            device[start : start + size] for start, size in zip(starts, sizes, strict=False)
-        )
+        self.packed = self._send(starts[-1])
+        self.layout = layout
+        inputs, feed_rows, feed_cols = unpack(self.packed, layout)
         if num_feed:
             # async output: decodes whose input token was still unknown at scheduling take it from
             # the step in flight's sampled tokens, on the device, without a host round trip
-            ids[feed_rows] = batch.feed_tokens[-1, feed_cols].to(ids.dtype)
-        slots = slots.view(torch.int64)
-        tables = tables.view(n, width)
-        decode_only = batch.is_decode_only
-        if num_steps == 1:
-            attn = AttentionMetadata(slots[:num_tokens], tables, seq_lens[:n], query_start, decode_only)
-            decode_rows = None
-            if num_tokens == n:  # sections 0-2 are then three rows of row_n
-                decode_rows = device[: starts[3]].view(3, row_n)[:, :n]
-            return ModelInput(ids, positions[:num_tokens], attn, sample_rows, decode_rows=decode_rows)
-        # a window: one row per forward
-        positions = positions.view(num_steps, row_t)[:, :num_tokens]
-        seq_lens = seq_lens.view(num_steps, row_n)[:, :n]
-        slots = slots.view(num_steps, row_t)[:, :num_tokens]
-        attns = [
-            AttentionMetadata(slots[k], tables, seq_lens[k], query_start, decode_only)
-            for k in range(num_steps)
-        ]
-        later = [(positions[k], attns[k]) for k in range(1, num_steps)]
-        return ModelInput(ids, positions[0], attns[0], sample_rows, later)
+            inputs.input_ids[feed_rows] = batch.feed_tokens[-1, feed_cols].to(inputs.input_ids.dtype)
+        return inputs
 
     def _host(self, size: int) -> torch.Tensor:
         """This step's host buffer, free to fill and holding at least size entries."""

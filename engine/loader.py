@@ -1,5 +1,6 @@
 """Build the model a ModelConfig names: a preset shape with seeded random weights, or a local HF-format
-directory (config.json + *.safetensors, single or sharded). Never touches the network."""
+directory (config.json + *.safetensors, single or sharded). Never touches the network. A tensor-
+parallel rank gets only its shard: from a checkpoint it reads only its slices of each tensor."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from engine.config import ModelConfig
-from engine.models.llama import PRESETS, LlamaForCausalLM, LlamaShape, rope_cos_sin_cache
+from engine.models.llama import PRESETS, Group, LlamaForCausalLM, LlamaShape, rope_cos_sin_cache
+from engine.parallel.group import LOCAL
+from engine.parallel.sharding import pad_to, part_range, shard_plan, take_shard
 from kernels import reference
 
 logger = logging.getLogger(__name__)
@@ -48,15 +51,16 @@ def resolve_max_model_len(max_model_len: int | None, shape: LlamaShape) -> int:
     return max_model_len
 
 
-def load_model(config: ModelConfig, ops: ModuleType = reference) -> LlamaForCausalLM:
-    """The model on its device and dtype, in eval mode, using the given op backend."""
+def load_model(config: ModelConfig, ops: ModuleType = reference, group: Group = LOCAL) -> LlamaForCausalLM:
+    """The model (this rank's shard of it) on its device and dtype, in eval mode, using the given op
+    backend."""
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     path = Path(config.path) if config.path else None
     shape = model_shape(config)
     # build on meta so a large model is never materialized twice (or in float32 first)
     with torch.device("meta"):
-        model = LlamaForCausalLM(shape, ops)
+        model = LlamaForCausalLM(shape, ops, group)
     model = model.to(dtype).to_empty(device=device)
     model.cos_sin_cache = rope_cos_sin_cache(shape, device)
     with torch.no_grad():
@@ -113,13 +117,23 @@ def _read_hf_shape(path: Path) -> LlamaShape:
 
 def init_random_weights(model: LlamaForCausalLM, seed: int) -> None:
     """Seeded normal(0, 0.02) weights, norms at 1: logits spread enough that greedy decoding is not
-    degenerate, and the same seed gives the same model on the same device type."""
+    degenerate, and the same seed gives the same model on the same device type, at any tensor-
+    parallel size: a rank draws each full tensor in turn, as one rank would, and keeps its slice (so
+    at most one full tensor, never the model, is held at once)."""
     generator = torch.Generator(device=model.embed_tokens.weight.device).manual_seed(seed)
+    group = model.group
     for name, param in model.named_parameters():
+        plan = shard_plan(name, model.shape)
         if name.endswith("layernorm.weight") or name == "norm.weight":
             param.fill_(1.0)
-        else:
+        elif group.size == 1 or plan is None:
             param.normal_(0.0, 0.02, generator=generator)
+        else:
+            dim, parts = plan
+            full = param.new_empty(param.shape[:dim] + (sum(parts),) + param.shape[dim + 1 :])
+            param.copy_(
+                take_shard(full.normal_(0.0, 0.02, generator=generator), plan, group.rank, group.size)
+            )
 
 
 def hf_tensor_names(name: str) -> list[str]:
@@ -138,6 +152,7 @@ def load_hf_weights(model: LlamaForCausalLM, path: Path) -> None:
     parameter is copied as soon as all its parts are read, so host memory holds about one shard."""
     files = _tensor_files(path)
     params = dict(model.named_parameters())
+    group = model.group
     wanted = {name: hf_tensor_names(name) for name in params}
     owner: dict[str, str] = {}
     by_file: dict[Path, list[str]] = defaultdict(list)
@@ -153,7 +168,10 @@ def load_hf_weights(model: LlamaForCausalLM, path: Path) -> None:
             for source in sources:
                 name = owner[source]
                 parts = pending[name]
-                parts[source] = f.get_tensor(source)
+                plan = shard_plan(name, model.shape) if group.size > 1 else None
+                parts[source] = (
+                    f.get_tensor(source) if plan is None else _read_slice(f, source, plan[0], group)
+                )
                 if len(parts) < len(wanted[name]):
                     continue
                 value = torch.cat([parts[s] for s in wanted[name]], dim=0)
@@ -164,6 +182,15 @@ def load_hf_weights(model: LlamaForCausalLM, path: Path) -> None:
                     )
                 params[name].copy_(value)
                 del pending[name]
+
+
+def _read_slice(f, source: str, dim: int, group: Group) -> torch.Tensor:
+    """Only this rank's rows (dim 0) or columns (dim 1) of a checkpoint tensor are read."""
+    tensor = f.get_slice(source)
+    length = tensor.get_shape()[dim]
+    start, end = part_range(length, group.rank, group.size)
+    piece = tensor[start:end] if dim == 0 else tensor[:, start:end]
+    return pad_to(piece, dim, -(-length // group.size))
 
 
 def _tensor_files(path: Path) -> dict[str, Path]:

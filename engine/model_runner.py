@@ -13,10 +13,11 @@ import torch
 from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.config import EngineConfig
 from engine.cuda_graphs import DecodeGraphs, graph_bucket
-from engine.input_batch import InputBuffers
+from engine.input_batch import InputBuffers, ModelInput
 from engine.loader import load_model, model_shape, resolve_device, resolve_max_model_len
-from engine.models.llama import KVCache
+from engine.models.llama import Group, KVCache
 from engine.nvtx_ranges import nvtx_ranges, phase_range
+from engine.parallel.group import LOCAL
 from engine.request import SamplingParams
 from engine.sampler import Sampler
 from kernels import pdl, reference
@@ -44,8 +45,12 @@ def select_ops(backend: str, device: torch.device) -> ModuleType:
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig):
+    """One rank's runner: with tensor parallelism, rank 0's runs the engine's steps and sends each
+    one's inputs to the other ranks (engine/parallel/worker.py runs them there)."""
+
+    def __init__(self, config: EngineConfig, group: Group = LOCAL):
         self.config = config
+        self.group = group
         self.block_size = config.block_size
         self.device = resolve_device(config.model.device)
         ops = select_ops(config.attention_backend, self.device)
@@ -57,7 +62,7 @@ class ModelRunner:
                 f"engine.attention_backend 'triton' needs a power-of-two head dimension, the model's is "
                 f"{head_dim}; use attention_backend: torch"
             )
-        self.model = load_model(config.model, ops)
+        self.model = load_model(config.model, ops, group)
         self.shape = self.model.shape
         self.dtype = self.model.embed_tokens.weight.dtype
         self.max_model_len = resolve_max_model_len(config.max_model_len, self.shape)
@@ -68,7 +73,7 @@ class ModelRunner:
         self.inputs = InputBuffers(self.block_size, self.device)
         self.graphs: DecodeGraphs | None = None
         free_kv_bytes = self._profile_free_memory() if self.device.type == "cuda" else None
-        self.num_blocks = self._decide_num_blocks(free_kv_bytes)
+        self.num_blocks = group.min_int(self._decide_num_blocks(free_kv_bytes))  # every rank's pool alike
         # one spare block past those the block manager hands out: padding rows of a graph write there
         self.kv_caches = self._allocate_kv_caches(self.num_blocks + 1)
         logger.info(
@@ -91,21 +96,32 @@ class ModelRunner:
         window = self.inputs.prepare(batch)  # every forward's inputs, in one copy
         self.sampler.prepare(sampled_seqs, batch.num_steps)
         use_graphs = self.graphs is not None and self.graphs.handles(batch)
+        self.group.send_step(self.inputs.packed, self.inputs.layout, use_graphs)
         if before_launch is not None:
             before_launch()
         tokens = []
         for step in range(batch.num_steps):
+            if step:
+                self.group.send_tokens(tokens[-1])
             inputs = window.next_forward(step, tokens[-1]) if step else window
-            with self._forward_range:
-                if use_graphs:
-                    logits = self.graphs.run(inputs)
-                else:
-                    hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn, self.kv_caches)
-                    logits = self.model.compute_logits(hidden[inputs.sample_rows])
-            tokens.append(self.sampler(logits, step))
+            tokens.append(self.sampler(self.logits(inputs, use_graphs), step))
         return torch.stack(tokens) if len(tokens) > 1 else tokens[0][None]
 
+    def logits(self, inputs: ModelInput, use_graphs: bool) -> torch.Tensor:
+        """One forward: logits of the sampled rows (on a worker rank: its vocabulary slice)."""
+        with self._forward_range:
+            if use_graphs:
+                return self.graphs.run(inputs)
+            hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn, self.kv_caches)
+            return self.model.compute_logits(hidden[inputs.sample_rows])
+
+    def take_comm_ms(self) -> float:
+        """Milliseconds in tensor-parallel collectives since the last call."""
+        return self.group.take_comm_ms()
+
     def shutdown(self) -> None:
+        if self.group.rank == 0:
+            self.group.shutdown()
         self.kv_caches = []
         self.graphs = None
         self.model = None
@@ -134,7 +150,8 @@ class ModelRunner:
     # KV pool sizing
 
     def _block_bytes(self) -> int:
-        return self.block_size * self.shape.kv_bytes_per_token(self.dtype.itemsize)
+        # a rank holds its share of the KV heads
+        return self.block_size * self.shape.kv_bytes_per_token(self.dtype.itemsize) // self.group.size
 
     def _decide_num_blocks(self, free_kv_bytes: int | None) -> int:
         c = self.config
@@ -147,7 +164,7 @@ class ModelRunner:
             budget = free_kv_bytes
         else:
             tokens = c.max_num_seqs * min(self.max_model_len, CPU_KV_TOKENS_PER_SEQ)
-            budget = min(tokens * self.shape.kv_bytes_per_token(self.dtype.itemsize), CPU_KV_MAX_BYTES)
+            budget = min(tokens * self._block_bytes() // self.block_size, CPU_KV_MAX_BYTES)
         num_blocks = budget // self._block_bytes()
         if num_blocks < 1:
             raise ValueError(f"no memory left for the KV cache (budget {budget / 2**30:.2f} GiB)")
@@ -171,7 +188,7 @@ class ModelRunner:
 
     def _allocate_kv_caches(self, num_blocks: int) -> list[KVCache]:
         s = self.shape
-        layout = (num_blocks, self.block_size, s.num_kv_heads, s.head_dim)
+        layout = (num_blocks, self.block_size, s.num_kv_heads // self.group.size, s.head_dim)
         # zeros, not empty: padded block-table entries point at block 0, and masked garbage could be NaN
         return [
             (
@@ -188,7 +205,10 @@ class ModelRunner:
         torch.cuda.reset_peak_memory_stats()
         batch = self._warm_up_batch()
         self.kv_caches = self._allocate_kv_caches(sum(len(s.block_table) for s in batch.seqs))
-        self.execute(batch)
+        if self.group.rank == 0:
+            self.execute(batch)
+        else:  # a worker rank runs the same forward, and samples nothing
+            self.logits(self.inputs.prepare(batch), use_graphs=False)
         torch.cuda.synchronize()
         activation_peak = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()
         self.kv_caches = []

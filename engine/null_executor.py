@@ -46,6 +46,9 @@ class NullExecutor:
         blocks_per_seq = -(-self.max_model_len // config.block_size)
         return min(config.max_num_seqs * blocks_per_seq, _MAX_DEFAULT_BLOCKS)
 
+    def take_comm_ms(self) -> float:
+        return 0.0  # one process: no collectives
+
     def execute(self, batch: ScheduledBatch) -> torch.Tensor:
         """Tokens [num_steps, n_sample]: the one sampled at position p of sequence s is a hash of
         (s, p), so any batching, chunking or multi-step window yields the same tokens."""

@@ -32,6 +32,7 @@ class StepRecord:
     sample_ms: float  # includes the token readback, the step's one host sync
     output_ms: float
     ipc_ms: float = 0.0
+    comm_ms: float = 0.0  # tensor parallel: host time in broadcasts and all-reduces (within prepare/sample)
     # the step's device work, first kernel to last (CUDA only; NaN elsewhere)
     gpu_ms: float = math.nan
     gpu_start: float = math.nan  # perf_counter seconds

@@ -1,7 +1,10 @@
 """The Llama family (Llama 2/3, Mistral, Qwen2) in one file: a shape dataclass, named presets, and a model
 running flattened tokens of many sequences against a paged KV cache. Q/K/V and gate/up are fused (the loader
-concatenates HF's weights). Every op, matmuls included, comes from a backend module (kernels.reference or
-kernels.triton_ops, identical signatures; triton_ops adds GEMVs and fusions for decode)."""
+concatenates HF's weights). With tensor parallelism each rank builds the same model over its shard:
+a share of the heads and MLP channels and a slice of the vocabulary (engine/parallel/sharding.py),
+one all-reduce after each row-parallel projection and a gather of the logits. Every op, matmuls
+included, comes from a backend module (kernels.reference or kernels.triton_ops, identical
+signatures; triton_ops adds GEMVs and fusions for decode)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ from types import ModuleType
 import torch
 from torch import nn
 
+from engine.parallel.group import LOCAL, LocalGroup, TPGroup
+from engine.parallel.vocab_embedding import VocabParallelEmbedding
 from kernels import reference
 
 
@@ -177,6 +182,7 @@ class AttentionMetadata:
 
 
 KVCache = tuple[torch.Tensor, torch.Tensor]
+Group = LocalGroup | TPGroup
 
 
 class RMSNorm(nn.Module):
@@ -191,14 +197,16 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, shape: LlamaShape, ops: ModuleType):
+    def __init__(self, shape: LlamaShape, ops: ModuleType, group: Group):
         super().__init__()
-        self.shape = shape
-        self.ops = ops
+        self.ops, self.group, self.head_dim = ops, group, shape.head_dim
+        self.num_heads = shape.num_heads // group.size  # this rank's heads
+        self.q_size = shape.q_size // group.size
+        self.kv_size = shape.kv_size // group.size
         self.qkv_proj = nn.Linear(
-            shape.hidden_size, shape.q_size + 2 * shape.kv_size, bias=shape.attention_bias
+            shape.hidden_size, self.q_size + 2 * self.kv_size, bias=shape.attention_bias
         )
-        self.o_proj = nn.Linear(shape.q_size, shape.hidden_size, bias=False)
+        self.o_proj = nn.Linear(self.q_size, shape.hidden_size, bias=False)
         self.scale = shape.head_dim**-0.5
 
     def forward(
@@ -209,13 +217,13 @@ class Attention(nn.Module):
         kv_cache: KVCache,
         cos_sin_cache: torch.Tensor,
     ) -> torch.Tensor:
-        s, ops = self.shape, self.ops
+        ops = self.ops
         qkv = ops.linear(x, self.qkv_proj.weight, self.qkv_proj.bias)
-        q, k, v = qkv.split([s.q_size, s.kv_size, s.kv_size], dim=-1)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         k_cache, v_cache = kv_cache
         q = ops.rope_and_write_kv(
-            positions, q, k, v, cos_sin_cache, s.head_dim, k_cache, v_cache, attn.slot_mapping
-        ).reshape(-1, s.num_heads, s.head_dim)
+            positions, q, k, v, cos_sin_cache, self.head_dim, k_cache, v_cache, attn.slot_mapping
+        ).reshape(-1, self.num_heads, self.head_dim)
         if attn.decode_only:
             out = ops.paged_decode_attention(
                 q, k_cache, v_cache, attn.block_tables, attn.seq_lens, self.scale
@@ -224,28 +232,29 @@ class Attention(nn.Module):
             out = ops.paged_prefill_attention(
                 q, k_cache, v_cache, attn.block_tables, attn.query_start_loc, attn.seq_lens, self.scale
             )
-        return ops.linear(out.reshape(-1, s.q_size), self.o_proj.weight)
+        return self.group.all_reduce(ops.linear(out.reshape(-1, self.q_size), self.o_proj.weight))
 
 
 class MLP(nn.Module):
-    def __init__(self, shape: LlamaShape, ops: ModuleType):
+    def __init__(self, shape: LlamaShape, ops: ModuleType, group: Group):
         super().__init__()
-        self.ops = ops
-        self.gate_up_proj = nn.Linear(shape.hidden_size, 2 * shape.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(shape.intermediate_size, shape.hidden_size, bias=False)
+        self.ops, self.group = ops, group
+        channels = shape.intermediate_size // group.size  # this rank's
+        self.gate_up_proj = nn.Linear(shape.hidden_size, 2 * channels, bias=False)
+        self.down_proj = nn.Linear(channels, shape.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         activated = self.ops.linear_silu_and_mul(x, self.gate_up_proj.weight)
-        return self.ops.linear(activated, self.down_proj.weight)
+        return self.group.all_reduce(self.ops.linear(activated, self.down_proj.weight))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, shape: LlamaShape, ops: ModuleType):
+    def __init__(self, shape: LlamaShape, ops: ModuleType, group: Group):
         super().__init__()
         self.input_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps, ops)
-        self.self_attn = Attention(shape, ops)
+        self.self_attn = Attention(shape, ops, group)
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps, ops)
-        self.mlp = MLP(shape, ops)
+        self.mlp = MLP(shape, ops, group)
 
     def forward(
         self,
@@ -264,18 +273,17 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    def __init__(self, shape: LlamaShape, ops: ModuleType = reference):
+    def __init__(self, shape: LlamaShape, ops: ModuleType = reference, group: Group = LOCAL):
         super().__init__()
         self.shape = shape
         self.ops = ops
-        # the loader always sets the weights: skip nn.Embedding's init (slow under the meta device)
-        self.embed_tokens = nn.Embedding(
-            shape.vocab_size, shape.hidden_size, _weight=torch.empty(shape.vocab_size, shape.hidden_size)
-        )
-        self.layers = nn.ModuleList(DecoderLayer(shape, ops) for _ in range(shape.num_layers))
+        self.group = group
+        self.embed_tokens = VocabParallelEmbedding(shape.vocab_size, shape.hidden_size, group)
+        self.layers = nn.ModuleList(DecoderLayer(shape, ops, group) for _ in range(shape.num_layers))
         self.norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps, ops)
+        vocab_rows = self.embed_tokens.rows
         self.lm_head = (
-            None if shape.tie_word_embeddings else nn.Linear(shape.hidden_size, shape.vocab_size, bias=False)
+            None if shape.tie_word_embeddings else nn.Linear(shape.hidden_size, vocab_rows, bias=False)
         )
         # a plain attribute, not a buffer: the loader builds the model on the meta device, then sets it
         self.cos_sin_cache: torch.Tensor | None = None
@@ -296,4 +304,4 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits only for the rows that are sampled: the LM head is the largest matmul of a decode."""
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return self.ops.linear(hidden, head)
+        return self.group.gather_vocab(self.ops.linear(hidden, head), self.shape.vocab_size)

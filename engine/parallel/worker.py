@@ -1,0 +1,77 @@
+"""A tensor-parallel worker: rank 1..size-1 of the group, a process of its own started by rank 0
+(engine/parallel/launch.py). It holds its shard of the weights and of the KV pool, and runs every
+forward rank 0 runs, from the packed input buffer rank 0 broadcasts each step; it never schedules
+or samples. It exits when rank 0 shuts the group down, when a collective fails, or when its parent
+is gone (checked twice a second from a thread: the main thread waits inside collectives)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from engine import core_messages as msg
+from engine.input_batch import unpack
+from engine.loader import resolve_device
+from engine.model_runner import ModelRunner
+from engine.parallel.group import STARTUP_TIMEOUT, TPGroup
+
+PARENT_CHECK_S = 0.5
+
+
+def run_worker(address: str, rank: int, size: int, parent_pid: int, log_level: int, threads: int) -> None:
+    # Ctrl-C reaches the whole process group: rank 0 handles it and shuts the workers down
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=log_level, format=f"tp rank {rank}: %(message)s")
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    torch.set_num_threads(threads)
+    config = msg.config_decoder.decode(sys.stdin.buffer.read())
+    device = resolve_device(config.model.device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=address, rank=rank, world_size=size, timeout=STARTUP_TIMEOUT)
+    group = TPGroup(rank, size, device)
+    runner = ModelRunner(config, group)
+    group.start_steps()
+    serve(runner, group)
+    runner.shutdown()
+
+
+@torch.inference_mode()
+def serve(runner: ModelRunner, group: TPGroup) -> None:
+    """Run each step rank 0 sends until it sends the shutdown."""
+    buffer = torch.empty(0, dtype=torch.int32, device=runner.device)
+
+    def take(size: int) -> torch.Tensor:
+        nonlocal buffer
+        if size > buffer.numel():
+            buffer = torch.empty(max(size, 2 * buffer.numel()), dtype=torch.int32, device=runner.device)
+        return buffer[:size]
+
+    while (step := group.receive_step(take)) is not None:
+        layout, use_graphs, packed = step
+        window = inputs = unpack(packed, layout)[0]
+        for k in range(layout.num_steps):
+            if k:  # a window's later forward: its input ids are the tokens rank 0 just sampled
+                inputs = window.next_forward(k, group.receive_tokens(layout.num_sample))
+            runner.logits(inputs, use_graphs)
+    group.shutdown()
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(1)
+
+
+if __name__ == "__main__":
+    # started as `python -m engine.parallel.worker ADDRESS RANK SIZE PARENT_PID LOG_LEVEL THREADS`, the
+    # msgpack-encoded EngineConfig on stdin
+    run_worker(sys.argv[1], *map(int, sys.argv[2:7]))
