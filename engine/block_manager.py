@@ -1,14 +1,23 @@
 """Paged KV allocation: a fixed pool of blocks, ref counts, per-sequence block tables, and the
-prefix cache. A full block's hash is chained over the whole prefix, so equal hashes mean equal
+prefix cache. A full block's key is a sha256 chained over the whole prefix, so equal keys mean equal
 prefixes, not just equal blocks. Freed hashed blocks stay reusable until a fresh block is needed."""
 
 from __future__ import annotations
 
+import hashlib
+import struct
 from collections import OrderedDict
 
 from engine.sequence import Sequence
 
-_ROOT_HASH = 0  # parent of a sequence's first block
+_ROOT_HASH = b""  # parent of a sequence's first block
+
+
+def chain_hash(parent: bytes, block_tokens: bytes) -> bytes:
+    """A full block's key: sha256 over its parent's key and its token ids (int32 little-endian), as
+    vLLM's prefix caching. Python's hash() of int tuples is 64 bits and can be collided on purpose;
+    a sha256 collision cannot be crafted."""
+    return hashlib.sha256(parent + block_tokens).digest()
 
 
 class BlockManager:
@@ -18,9 +27,12 @@ class BlockManager:
         self.prefix_caching = prefix_caching
         # parallel arrays instead of block objects: a pool can hold 100k+ blocks
         self.ref_counts = [0] * num_blocks
-        self.block_hash: list[int | None] = [None] * num_blocks
+        self.block_hash: list[bytes | None] = [None] * num_blocks
+        # what a hit relies on besides its key: the block's own tokens and its prefix's key
         self.block_tokens: list[tuple[int, ...] | None] = [None] * num_blocks
-        self.hash_to_block: dict[int, int] = {}
+        self.block_parent: list[bytes | None] = [None] * num_blocks
+        self.hash_to_block: dict[bytes, int] = {}
+        self._pack = struct.Struct(f"<{block_size}i").pack  # a block's token ids as hash input
         # free blocks in two pools: plain ones are handed out first, so cached prefixes live longer
         self.free_plain: list[int] = list(range(num_blocks - 1, -1, -1))
         self.free_cached: OrderedDict[int, None] = OrderedDict()  # least recently freed first
@@ -44,12 +56,20 @@ class BlockManager:
         bs = self.block_size
         tokens = seq.token_ids
         hits: list[int] = []
+        parent = _ROOT_HASH
         for i in range((len(tokens) - 1) // bs):
-            block = self.hash_to_block.get(self._block_hash(seq, i))
-            # compare tokens too: a hash collision must never serve another prompt's KV
-            if block is None or self.block_tokens[block] != tuple(tokens[i * bs : (i + 1) * bs]):
+            key = self._block_hash(seq, i)
+            block = self.hash_to_block.get(key)
+            # a colliding key must never serve another prefix's KV: the block's KV depends on its
+            # tokens and on every token before them, which its parent's key stands for
+            if (
+                block is None
+                or self.block_parent[block] != parent
+                or self.block_tokens[block] != tuple(tokens[i * bs : (i + 1) * bs])
+            ):
                 break
             hits.append(block)
+            parent = key
         return hits
 
     def allocate(self, seq: Sequence, num_tokens: int, cached: list[int] | None = None) -> bool:
@@ -102,16 +122,17 @@ class BlockManager:
                     self.hash_to_block[block_hash] = block
                     self.block_hash[block] = block_hash
                     self.block_tokens[block] = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+                    self.block_parent[block] = seq.block_hashes[i - 1] if i else _ROOT_HASH
         seq.num_cached_blocks = num_full  # without caching: just marks these blocks as dealt with
 
-    def _block_hash(self, seq: Sequence, index: int) -> int:
-        """Chained hash of seq's full block `index`, memoized on the sequence across preemptions."""
+    def _block_hash(self, seq: Sequence, index: int) -> bytes:
+        """Chained key of seq's full block `index`, memoized on the sequence across preemptions."""
         hashes = seq.block_hashes
         bs = self.block_size
         while len(hashes) <= index:
             i = len(hashes)
             parent = hashes[i - 1] if i else _ROOT_HASH
-            hashes.append(hash((parent, tuple(seq.token_ids[i * bs : (i + 1) * bs]))))
+            hashes.append(chain_hash(parent, self._pack(*seq.token_ids[i * bs : (i + 1) * bs])))
         return hashes[index]
 
     def _take_fresh(self) -> int:
@@ -123,5 +144,6 @@ class BlockManager:
             del self.hash_to_block[self.block_hash[block]]
             self.block_hash[block] = None
             self.block_tokens[block] = None
+            self.block_parent[block] = None
         self.ref_counts[block] = 1
         return block

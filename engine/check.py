@@ -37,6 +37,10 @@ def assert_block_manager_consistent(block_manager: BlockManager, seqs: list[Sequ
     for block_hash, block in bm.hash_to_block.items():
         assert bm.block_hash[block] == block_hash, f"block {block} not registered under its hash"
     assert len(bm.hash_to_block) == sum(h is not None for h in bm.block_hash), "stray block hash"
+    for block, block_hash in enumerate(bm.block_hash):
+        registered = block_hash is not None
+        assert (bm.block_tokens[block] is not None) == registered, f"block {block}: tokens vs hash"
+        assert (bm.block_parent[block] is not None) == registered, f"block {block}: parent vs hash"
 
     for seq in seqs:
         assert len(seq.block_table) * bm.block_size >= seq.num_computed, f"{seq} lacks blocks"

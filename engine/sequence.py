@@ -52,7 +52,7 @@ class Sequence:
         self.num_prompt_tokens = len(prompt_token_ids)
         self.num_computed = 0  # tokens whose K/V is in the cache
         self.block_table: list[int] = []
-        self.block_hashes: list[int] = []  # chained hash of each full block, kept across preemption
+        self.block_hashes: list[bytes] = []  # chained key of each full block, kept across preemption
         self.num_cached_blocks = 0  # leading full blocks already offered to the prefix cache
         self.num_cached_tokens = 0  # prompt tokens served from the prefix cache on first admission
         # trailing token_ids that are placeholders: scheduled, sampled on the device, not yet read back

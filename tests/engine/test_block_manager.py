@@ -1,5 +1,9 @@
+import hashlib
+import struct
+
 import pytest
 
+from engine import block_manager
 from engine.block_manager import BlockManager
 from engine.check import assert_block_manager_consistent
 from engine.request import SamplingParams
@@ -190,6 +194,49 @@ def test_hash_collision_is_not_served(pool_factory):
     # simulate a colliding hash: the registered block holds different tokens than the probe
     pool.bm.block_tokens[first.block_table[0]] = (9, 9, 9, 9)
     assert pool.admit([1, 2, 3, 4, 5]).num_cached_tokens == 0
+
+
+def test_keys_are_sha256_chained_over_the_prefix(pool_factory):
+    pool = pool_factory(8)
+    seq = pool.admit([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    first = hashlib.sha256(struct.pack("<4i", 1, 2, 3, 4)).digest()
+    assert seq.block_hashes == [first, hashlib.sha256(first + struct.pack("<4i", 5, 6, 7, 8)).digest()]
+    assert pool.bm.block_parent[seq.block_table[1]] == first
+
+
+def equal_last_blocks(pool) -> tuple[list[int], list[int]]:
+    """Prefixes [A, X] (registered) and [B, X] with B's block cached by a third prompt [B, Y]:
+    the one hit [B, X] may take from the cache is B."""
+    a, b, x, y = [1, 2, 3, 4], [9, 9, 9, 9], [5, 6, 7, 8], [0, 0, 0, 0]
+    return pool.admit(a + x + [0]).block_table, pool.admit(b + y + [0]).block_table
+
+
+def test_equal_last_blocks_behind_different_prefixes_never_share_kv(pool_factory):
+    pool = pool_factory(16)
+    a_x, b_y = equal_last_blocks(pool)
+    b_x = pool.admit([9, 9, 9, 9, 5, 6, 7, 8, 0])
+    assert b_x.num_cached_tokens == 4 and b_x.block_table[0] == b_y[0]
+    assert b_x.block_table[1] != a_x[1]
+
+
+def test_a_key_collision_is_caught_by_the_parent_check(pool_factory, monkeypatch):
+    # a broken hash that ignores the parent: [A, X] and [B, X] get equal keys for X
+    monkeypatch.setattr(block_manager, "chain_hash", lambda parent, tokens: hashlib.sha256(tokens).digest())
+    pool = pool_factory(16)
+    a_x, _ = equal_last_blocks(pool)
+    b_x = pool.admit([9, 9, 9, 9, 5, 6, 7, 8, 0])
+    assert b_x.block_hashes[1] == pool.bm.block_hash[a_x[1]]  # the collision is real
+    assert b_x.num_cached_tokens == 4 and a_x[1] not in b_x.block_table
+
+
+def test_a_constant_hash_serves_nothing_but_equal_prefixes(pool_factory, monkeypatch):
+    monkeypatch.setattr(block_manager, "chain_hash", lambda parent, tokens: b"same")
+    pool = pool_factory(16)
+    pool.admit([1, 2, 3, 4, 5, 6, 7, 8, 0])
+    assert pool.admit([9, 9, 9, 9, 5, 6, 7, 8, 0]).num_cached_tokens == 0
+    assert pool.admit([1, 2, 3, 4, 9, 9, 9, 9, 0]).num_cached_tokens == 4
+    # every key is b"same": the second block can never be found under it
+    assert pool.admit([1, 2, 3, 4, 5, 6, 7, 8, 0]).num_cached_tokens == 4
 
 
 def test_prefix_caching_off_never_hashes(pool_factory):
