@@ -100,8 +100,10 @@ def build_app(state: ServerState) -> FastAPI:
         if (body.prompt is None) == (body.messages is None):
             return _error("give either prompt or messages", 400)
         if body.messages is not None:
-            text = state.tokenizer.render_chat([{"role": m.role, "content": m.text()} for m in body.messages])
-            tokens = state.tokenizer.encode(text, add_special_tokens=False)
+            try:
+                tokens = inputs.chat_prompt(body.messages, state.tokenizer)
+            except inputs.BadRequest as e:
+                return _error(str(e), 400)
         else:
             tokens = state.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
         return JSONResponse({"tokens": tokens, "count": len(tokens), "max_model_len": state.max_model_len})
@@ -134,7 +136,7 @@ async def _generate(
     vocab = state.tokenizer.vocab_size
     try:
         if chat:
-            prompts = [inputs.chat_prompt(body, state.tokenizer)]
+            prompts = [inputs.chat_prompt(body.messages, state.tokenizer)]
             max_tokens = body.max_completion_tokens or body.max_tokens
         else:
             prompts, max_tokens = inputs.completion_prompts(body, state.tokenizer), body.max_tokens

@@ -4,7 +4,7 @@ against the model first, so every unusable request is a 400 with the reason inst
 from __future__ import annotations
 
 from engine.request import SamplingParams
-from engine.serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
+from engine.serving.protocol import ChatMessage, CompletionRequest, SamplingRequest
 from engine.serving.tokenizer import ChatTemplateError, TextTokenizer
 
 
@@ -30,10 +30,9 @@ def completion_prompts(body: CompletionRequest, tokenizer: TextTokenizer) -> lis
     return prompts
 
 
-def chat_prompt(body: ChatCompletionRequest, tokenizer: TextTokenizer) -> list[int]:
-    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+def chat_prompt(messages: list[ChatMessage], tokenizer: TextTokenizer) -> list[int]:
     try:
-        text = tokenizer.render_chat(messages)
+        text = tokenizer.render_chat([{"role": m.role, "content": m.text()} for m in messages])
     except ChatTemplateError as e:
         raise BadRequest(f"messages: {e}") from None
     ids = tokenizer.encode(text, add_special_tokens=False)  # the template writes its own BOS

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import time
 
@@ -218,3 +219,29 @@ def test_tokenize_detokenize_models_and_metrics(server):
     assert values['vllm:time_to_first_token_seconds_count{model_name="tiny"}'] >= 1
     assert values['vllm:inter_token_latency_seconds_count{model_name="tiny"}'] >= 2
     assert 'vllm:num_requests_running{model_name="tiny"}' in values
+
+
+def test_a_chat_template_that_refuses_the_messages_is_a_400(server, tmp_path):
+    from tests.engine.serving.conftest import RunningServer
+    from tests.engine.serving.test_detokenizer import LLAMA3_STYLE_TEMPLATE
+
+    server.state.tokenizer.tokenizer.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": LLAMA3_STYLE_TEMPLATE}))
+    model = dataclasses.replace(TINY, tokenizer=str(tmp_path / "tokenizer.json"))
+    templated = RunningServer(EngineConfig(model=model))
+    try:
+        messages = [{"role": "robot", "content": "hi"}]
+        for path, body in (
+            ("/v1/chat/completions", {"messages": messages}),
+            ("/tokenize", {"messages": messages}),
+        ):
+            response = httpx.post(templated.url + path, json=body)
+            assert response.status_code == 400 and "unknown role robot" in response.json()["error"]["message"]
+        ok = httpx.post(
+            templated.url + "/tokenize", json={"messages": [{"role": "user", "content": "hi"}]}
+        ).json()
+        assert templated.state.tokenizer.decode(ok["tokens"], skip_special_tokens=False).startswith(
+            "<|begin_of_text|><|start_header_id|>user"
+        )
+    finally:
+        templated.stop()

@@ -1,3 +1,4 @@
+import json
 import random
 
 import pytest
@@ -127,3 +128,28 @@ def test_a_llama3_layout_puts_special_tokens_last(tmp_path, monkeypatch):
 def test_a_model_directory_without_tokenizer_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match=f"no tokenizer at {tmp_path}/tokenizer.json"):
         load_tokenizer(ModelConfig(path=str(tmp_path)), PRESETS["tiny"])
+
+
+LLAMA3_STYLE_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] not in ['system', 'user', 'assistant'] %}"
+    "{{ raise_exception('unknown role ' + m['role']) }}{% endif %}"
+    "<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
+
+def test_a_model_directory_brings_its_tokenizer_and_chat_template(tiny, tmp_path):
+    from engine.serving.inputs import BadRequest, chat_prompt
+    from engine.serving.protocol import ChatCompletionRequest
+
+    tiny.tokenizer.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": LLAMA3_STYLE_TEMPLATE}))
+    tokenizer = load_tokenizer(ModelConfig(path=str(tmp_path)), PRESETS["tiny"])
+    assert tokenizer.has_chat_template
+    assert tokenizer.render_chat([{"role": "user", "content": "hi"}]) == (
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    body = ChatCompletionRequest(messages=[{"role": "robot", "content": "hi"}])
+    with pytest.raises(BadRequest, match="messages: unknown role robot"):
+        chat_prompt(body.messages, tokenizer)
