@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
@@ -42,12 +43,15 @@ class TextTokenizer:
 
     def render_chat(self, messages: list[dict[str, str]]) -> str:
         """The prompt text of a conversation, ending where the assistant's reply starts."""
-        return self._chat_template.render(
-            messages=messages,
-            add_generation_prompt=True,
-            bos_token=self.bos_token or "",
-            eos_token=self.eos_token or "",
-        )
+        try:
+            return self._chat_template.render(
+                messages=messages,
+                add_generation_prompt=True,
+                bos_token=self.bos_token or "",
+                eos_token=self.eos_token or "",
+            )
+        except TemplateError as e:  # e.g. a template reading a field these messages lack
+            raise ChatTemplateError(f"the chat template failed: {e}") from None
 
 
 class ChatTemplateError(ValueError):

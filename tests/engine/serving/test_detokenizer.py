@@ -153,3 +153,9 @@ def test_a_model_directory_brings_its_tokenizer_and_chat_template(tiny, tmp_path
     body = ChatCompletionRequest(messages=[{"role": "robot", "content": "hi"}])
     with pytest.raises(BadRequest, match="messages: unknown role robot"):
         chat_prompt(body.messages, tokenizer)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages[0].name.x }}"}))
+    strict = load_tokenizer(ModelConfig(path=str(tmp_path)), PRESETS["tiny"])
+    with pytest.raises(
+        BadRequest, match="messages: the chat template failed: 'dict object' has no attribute"
+    ):
+        chat_prompt(body.messages, strict)
