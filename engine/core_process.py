@@ -30,8 +30,10 @@ PARENT_CHECK_S = 1.0  # a busy core checks its parent at most this often
 
 def run_core(inbox: str, outbox: str, parent_pid: int, log_level: int, step_hook: str | None = None) -> None:
     """The core process's work; returns on a shutdown command or when the parent is gone."""
-    # Ctrl-C reaches the whole process group: the frontend handles it and shuts the core down
+    # Ctrl-C and a SIGTERM to the process group (how `backend.type: server` stops llmbench serve) reach
+    # the core too: the frontend handles them and shuts the core down, rather than seeing it die mid-step
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=log_level, format="engine core: %(message)s")
     context = zmq.Context()
     pull = context.socket(zmq.PULL)

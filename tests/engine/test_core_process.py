@@ -114,6 +114,16 @@ def test_shutdown_leaves_no_process():
     core.shutdown()  # twice is harmless
 
 
+def test_a_sigterm_to_the_group_leaves_stopping_the_core_to_the_frontend():
+    core = EngineCoreClient(EngineConfig(**TINY, process_split=True))
+    os.kill(core._process.pid, signal.SIGTERM)  # as a killpg of the server's group delivers it
+    tokens, finished = run_to_completion(core, [[3, 4, 5]], SamplingParams(max_tokens=3))
+    assert len(tokens["0"]) == 3 and finished["0"].finish_reason is FinishReason.LENGTH
+    pid = core._process.pid
+    core.shutdown()
+    assert process_gone(pid) and core._process.returncode == 0  # stopped by its shutdown message
+
+
 def test_core_exits_when_its_parent_dies(tmp_path):
     script = textwrap.dedent(
         """
