@@ -69,23 +69,23 @@ class Scheduler:
         """Blocks for every forward of a multi-step window, reserved only now that the batch is known
         to be decode-only: a sequence readmitted with a prefix hit that leaves one token is a decode
         too, though admission sized it for one step. Each forward writes one more KV slot, up to the
-        sequence's last output. When the pool cannot hold every window the batch runs one step (it
-        has the blocks for that), instead of preempting sequences already in it."""
+        sequence's last output. When the pool cannot hold every window the batch runs the longest
+        window it can hold (one step needs no more blocks), instead of preempting sequences in it."""
         bm = self.block_manager
         block_size = bm.block_size
-        window = self.lookahead + 1
-        needed = []
-        num_fresh = 0
-        for seq in out.seqs:
-            num_tokens = min(seq.num_computed + window, seq.max_len)
-            if num_tokens > len(seq.block_table) * block_size:
-                needed.append((seq, num_tokens))
-                num_fresh += bm.blocks_for(num_tokens) - len(seq.block_table)
-        if num_fresh > bm.num_free:
-            return
-        for seq, num_tokens in needed:
-            bm.allocate(seq, num_tokens)
-        out.batch.num_steps = window
+        for window in range(self.lookahead + 1, 1, -1):
+            needed = []
+            num_fresh = 0
+            for seq in out.seqs:
+                num_tokens = min(seq.num_computed + window, seq.max_len)
+                if num_tokens > len(seq.block_table) * block_size:
+                    needed.append((seq, num_tokens))
+                    num_fresh += bm.blocks_for(num_tokens) - len(seq.block_table)
+            if num_fresh <= bm.num_free:
+                for seq, num_tokens in needed:
+                    bm.allocate(seq, num_tokens)
+                out.batch.num_steps = window
+                return
 
     def kv_tokens_needed(self, max_len: int) -> int:
         """KV slots a sequence of max_len tokens may occupy. The last token never enters the cache,

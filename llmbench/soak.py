@@ -1,7 +1,8 @@
 """Preemption soak: many requests through the engine with a KV pool far too small for them, then the
 same requests with a pool large enough that nothing is preempted. Passing means every request finished
 exactly once with the tokens it streamed, the greedy outputs of both runs are identical, and both
-engines end empty (no request left, every block free, every ref count zero)."""
+engines end empty (no request left, every block free, every ref count zero). In the small pool the
+block invariants are checked after every step and each forward's KV slots before it runs."""
 
 from __future__ import annotations
 

@@ -194,10 +194,11 @@ def test_a_decode_readmitted_from_a_prefix_hit_gets_blocks_for_its_window():
     scheduler.abort(seq)
 
 
-def test_a_pool_without_room_for_every_window_runs_one_step():
+def test_a_pool_without_room_for_the_window_runs_the_longest_it_holds():
     scheduler, seq = readmitted_one_token_short(num_blocks=3)
     out = scheduler.schedule()
-    assert out.batch.num_steps == 1 and out.num_preempted == 0
+    # no fourth block: positions 8..11 fill the third, nobody is preempted for the rest
+    assert out.batch.num_steps == 4 and out.num_preempted == 0
     assert_batch_within_blocks(out.batch, 4)
     assert len(seq.block_table) == 3
     scheduler.abort(seq)
