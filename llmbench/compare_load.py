@@ -83,6 +83,9 @@ def parse_metric_spec(spec: str) -> MetricCheck:
     if not name:
         raise CompareError(f"--metric {spec!r}: expected name or name:threshold")
     threshold = DEFAULT_THRESHOLD if not threshold_text else _parse_threshold(spec, threshold_text)
+    if "busy" in name:
+        # neither GPU-busy figure is a goal in itself: a step that launches more work reads busier
+        log.warning("%s: GPU busy is a diagnostic, not a target; judged as higher is better", name)
     return MetricCheck(name, metric_direction(name), threshold)
 
 

@@ -309,3 +309,10 @@ def test_a_run_killed_before_its_summary_is_compared_and_flagged_incomplete(tmp_
     empty = tmp_path / "empty"
     empty.mkdir()
     assert CliRunner().invoke(app, ["compare", str(base), str(empty)]).exit_code == 2
+
+
+def test_gpu_busy_is_judged_only_with_a_warning_that_it_is_no_target(caplog):
+    with caplog.at_level("WARNING"):
+        check = parse_metric_spec("steps.gpu_busy_step_spans:5%")
+    assert check.higher_is_better
+    assert "GPU busy is a diagnostic, not a target" in caplog.text
