@@ -257,6 +257,8 @@ def summarize_steps(rows: Sequence[dict[str, Any]], config: dict[str, Any] | Non
     }
     for phase in STEP_PHASES:
         summary[f"mean_{phase}"] = float(np.mean([r.get(phase) or 0.0 for r in rows]))
+    # tensor parallel: host time in collectives, spent inside the prepare and sample phases
+    summary["mean_comm_ms"] = float(np.mean([r.get("comm_ms") or 0.0 for r in rows]))
     summary["mean_gpu_ms"] = float(np.mean(gpu)) if gpu else None
     summary["gpu_busy_step_spans"] = gpu_busy_step_spans(rows)
     summary.update(_idle_summary(rows) if gpu else {"gpu_idle_ms": None})

@@ -4,7 +4,7 @@ size. TPGroup runs them over torch.distributed and times them: their host time i
 (gloo on the CPU is synchronous, so that is the real cost; NCCL calls return once enqueued).
 
 Rank 0 sends each step as a small header (the StepLayout, over a gloo group whose wait has no
-practical timeout, so idle workers can wait there for the next step) and then the packed input
+practical timeout on a worker, so idle workers can wait there for the next step) and then the packed input
 buffer in one broadcast over the device group. Collectives of a step run with STEP_TIMEOUT_S: a rank
 that hangs or dies turns into a TensorParallelError on rank 0 within it."""
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from engine.parallel.launch import WorkerProcesses
 
 STEP_TIMEOUT_S = 8.0
+STOP_WAIT_S = 5.0  # a worker told to exit gets this long before it is killed
 STARTUP_TIMEOUT = timedelta(minutes=10)  # weights load and kernels compile at different speeds per rank
 IDLE_TIMEOUT = timedelta(days=7)  # a worker waits this long for the next step's header
 _SHUTDOWN, _STEP = 0, 1
@@ -79,7 +80,10 @@ class TPGroup:
         self.dead: str | None = None
         backend = dist.get_backend()
         # created in the same order on every rank, as new_group requires
-        self._control = dist.new_group(backend="gloo", timeout=IDLE_TIMEOUT)
+        # a timeout is each process's own: rank 0 gives up on a header after STEP_TIMEOUT_S, while a
+        # worker waits for one as long as the engine idles
+        control_timeout = timedelta(seconds=STEP_TIMEOUT_S) if rank == 0 else IDLE_TIMEOUT
+        self._control = dist.new_group(backend="gloo", timeout=control_timeout)
         self._step_group = dist.new_group(backend=backend, timeout=timedelta(seconds=STEP_TIMEOUT_S))
         self._group = dist.group.WORLD  # startup: warm-up and capture under STARTUP_TIMEOUT
         self._header = torch.zeros(_HEADER_LEN, dtype=torch.int64)
@@ -175,7 +179,7 @@ class TPGroup:
                 pass  # a worker already gone: stop() kills the rest
         dist.destroy_process_group()
         if self._workers is not None:
-            self._workers.stop()
+            self._workers.stop(wait_s=0.0 if self.dead else STOP_WAIT_S)
 
     def _call(self, collective: Callable, *args, **kwargs) -> None:
         try:
@@ -184,6 +188,7 @@ class TPGroup:
             if self.rank != 0:
                 raise
             self.dead = (
-                self._workers.failure() or f"tensor-parallel collective failed (a rank hung or died): {e}"
+                self._workers.failure(wait_s=1.0)
+                or f"tensor-parallel collective failed (a rank hung or died): {e}"
             )
             raise TensorParallelError(self.dead) from e

@@ -18,11 +18,9 @@ import torch.distributed as dist
 from engine import core_messages as msg
 from engine.config import EngineConfig
 from engine.loader import model_shape, resolve_device
-from engine.parallel.group import STARTUP_TIMEOUT, TPGroup
+from engine.parallel.group import STARTUP_TIMEOUT, STOP_WAIT_S, TPGroup
 
 logger = logging.getLogger(__name__)
-
-STOP_WAIT_S = 5.0  # a worker told to exit gets this long before it is killed
 
 
 class WorkerProcesses:

@@ -34,6 +34,8 @@ def profile_command(nsys: str, out_dir: Path, run_command: list[str], extra_args
         "--capture-range-end=stop",
         # kernels inside CUDA graphs listed one by one, not as one opaque graph launch
         "--cuda-graph-trace=node",
+        # tensor-parallel workers are child processes of the run: trace them too
+        "--trace-fork-before-exec=true",
         "--force-overwrite=true",
         f"--output={out_dir / REPORT_NAME}",
         *extra_args,

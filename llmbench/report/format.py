@@ -52,6 +52,11 @@ METRICS = {
     "mean_sample_ms": Metric("Readback wait", "ms", "per step: the host blocked reading back sampled tokens"),
     "mean_output_ms": Metric("Output", "ms", "per step: appending tokens, finishing requests, streaming"),
     "mean_ipc_ms": Metric("IPC", "ms", "per step: messages between the engine core and the frontend"),
+    "mean_comm_ms": Metric(
+        "Communication",
+        "ms",
+        "per step: tensor-parallel broadcasts, all-reduces and gathers (inside prepare/wait)",
+    ),
     "mean_gpu_ms": Metric("GPU per step", "ms", "mean GPU span of a step: first event to last kernel"),
     "gpu_busy_step_spans": Metric(
         "GPU busy (step spans)",

@@ -1,0 +1,188 @@
+"""Tensor parallelism on the CPU: 2 ranks over gloo, tiny model, float32. Greedy tokens equal one
+rank's (and transformers') with every scheduling toggle on; every rank's process is gone after a
+normal shutdown, a killed or hung worker, and a killed parent. Each 2-rank engine costs seconds to
+start on 2 cores, so each test builds one."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from engine.config import ConfigError, EngineConfig, ModelConfig
+from engine.llm_engine import LLMEngine
+from engine.models.llama import PRESETS
+from engine.parallel.group import TensorParallelError
+from engine.parallel.sharding import shard_plan, take_shard
+from engine.request import SamplingParams
+from tests.engine.test_core_process import process_gone
+from tests.engine.test_engine_hf import GREEDY, checkpoint, engine_for, make_prompts, run  # noqa: F401
+
+TINY = ModelConfig(preset="tiny", device="cpu", dtype="float32")
+# chunked prefill (24-token budget), prefix caching, 4-step windows and a pool small enough to preempt
+EVERY_TOGGLE = dict(
+    block_size=4,
+    max_num_batched_tokens=24,
+    chunked_prefill=True,
+    prefix_caching=True,
+    num_scheduler_steps=4,
+    num_gpu_blocks=40,
+    max_num_seqs=8,
+)
+
+
+def workers_of(engine: LLMEngine) -> list[subprocess.Popen]:
+    return engine.executor.group._workers.processes
+
+
+def wait_gone(pids: list[int], timeout_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not all(process_gone(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_two_ranks_give_one_ranks_greedy_tokens_with_every_toggle():
+    prompts = make_prompts()
+    one = LLMEngine(EngineConfig(model=TINY, **EVERY_TOGGLE, async_output=True))
+    expected, expected_cached, _ = run(one, prompts, GREEDY)
+    one.shutdown()
+    two = LLMEngine(EngineConfig(model=TINY, **EVERY_TOGGLE, async_output=True, tensor_parallel_size=2))
+    workers = workers_of(two)
+    for i, prompt in enumerate(prompts):
+        two.add_request(str(i), prompt, GREEDY)
+    tokens, cached, records = [None] * len(prompts), [0] * len(prompts), []
+    while two.has_unfinished():
+        for output in two.step():
+            if output.finished:
+                assert output.error is None, output.error
+                tokens[int(output.request_id)] = output.token_ids
+                cached[int(output.request_id)] = output.num_cached_tokens
+        records += two.drain_step_records()
+    assert tokens == expected
+    assert cached == expected_cached and sum(cached) > 0  # prefix hits
+    assert sum(r.num_preempted for r in records) > 0
+    assert max(r.num_steps for r in records) == 4
+    assert max(r.num_prefill_tokens for r in records) <= 24  # chunked
+    assert all(r.comm_ms > 0 for r in records if r.num_prefill_tokens or r.num_decode_seqs)
+    two.shutdown()  # rank 0's leak check follows in the conftest fixture
+    assert [w.wait(10) for w in workers] == [0]
+
+
+def test_two_ranks_load_an_hf_checkpoint_token_exact_with_transformers(checkpoint):  # noqa: F811
+    path, expected = checkpoint
+    engine = engine_for(path, tensor_parallel_size=2, **EVERY_TOGGLE)
+    tokens, _, preempted = run(engine, make_prompts(), GREEDY)
+    engine.shutdown()
+    assert tokens == expected
+    assert preempted > 0
+
+
+def test_shards_of_every_parameter_reassemble_the_full_tensor():
+    shape = PRESETS["tiny"]
+    generator = torch.Generator().manual_seed(0)
+    for name, full_shape in [
+        ("layers.0.self_attn.qkv_proj.weight", (shape.q_size + 2 * shape.kv_size, 64)),
+        ("layers.0.mlp.down_proj.weight", (64, shape.intermediate_size)),
+        ("embed_tokens.weight", (shape.vocab_size, 64)),
+    ]:
+        full = torch.randn(full_shape, generator=generator)
+        plan = shard_plan(name, shape)
+        dim, parts = plan
+        shards = [take_shard(full, plan, rank, 2) for rank in range(2)]
+        # each part is the concatenation of its slice on every rank
+        rebuilt = [
+            torch.cat(pieces, dim)
+            for pieces in zip(*(s.split([p // 2 for p in parts], dim) for s in shards), strict=True)
+        ]
+        assert torch.equal(torch.cat(rebuilt, dim), full), name
+
+
+def test_a_vocabulary_that_does_not_divide_is_padded_on_the_last_rank():
+    full = torch.arange(10.0)[:, None].repeat(1, 3)
+    shards = [take_shard(full, (0, [10]), rank, 4) for rank in range(4)]
+    assert [s.shape[0] for s in shards] == [3, 3, 3, 3]
+    assert torch.equal(torch.cat(shards)[:10], full) and not shards[3][1:].any()
+
+
+def test_tensor_parallel_size_is_checked_at_construction(monkeypatch):
+    with pytest.raises(ConfigError, match="tensor_parallel_size: expected an integer >= 1, got 0"):
+        EngineConfig(model=TINY, tensor_parallel_size=0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match="tensor_parallel_size: 2 ranks need as many GPUs, 1 visible"):
+        EngineConfig(model=ModelConfig(preset="tiny", device="cuda"), tensor_parallel_size=2)
+
+
+def test_kv_heads_that_do_not_divide_are_an_error_before_any_process_starts(monkeypatch):
+    monkeypatch.setattr(subprocess, "Popen", None)  # starting a worker would raise a TypeError
+    with pytest.raises(
+        ValueError, match="engine.tensor_parallel_size 3 does not divide the model's 2 KV heads"
+    ):
+        LLMEngine(EngineConfig(model=TINY, tensor_parallel_size=3))
+
+
+def start_and_step(**engine_kwargs) -> LLMEngine:
+    engine = LLMEngine(EngineConfig(model=TINY, max_num_seqs=4, tensor_parallel_size=2, **engine_kwargs))
+    for i in range(3):
+        engine.add_request(str(i), [1, 2 + i, 3, 4], SamplingParams(max_tokens=200, ignore_eos=True))
+    engine.step()
+    return engine
+
+
+def step_until_error(engine: LLMEngine) -> str:
+    with pytest.raises(TensorParallelError) as error:
+        for _ in range(1000):
+            engine.step()
+    return str(error.value)
+
+
+@pytest.mark.leaves_work
+def test_a_killed_worker_is_an_engine_error_naming_it_and_leaves_no_process():
+    engine = start_and_step()
+    worker = workers_of(engine)[0]
+    os.kill(worker.pid, signal.SIGKILL)
+    assert step_until_error(engine) == "tensor-parallel rank 1 exited with code -9"
+    # the engine stays failed with the same reason
+    assert step_until_error(engine) == "tensor-parallel rank 1 exited with code -9"
+    engine.shutdown()
+    assert wait_gone([worker.pid])
+
+
+@pytest.mark.leaves_work
+def test_a_hung_worker_is_an_engine_error_and_is_killed_at_shutdown():
+    engine = start_and_step()
+    worker = workers_of(engine)[0]
+    os.kill(worker.pid, signal.SIGSTOP)
+    assert "tensor-parallel collective failed (a rank hung or died)" in step_until_error(engine)
+    engine.shutdown()
+    assert worker.poll() == -signal.SIGKILL
+
+
+def test_workers_exit_when_their_parent_is_killed(tmp_path):
+    script = textwrap.dedent(
+        """
+        import sys, time
+        from engine.config import EngineConfig, ModelConfig
+        from engine.llm_engine import LLMEngine
+        from engine.request import SamplingParams
+        engine = LLMEngine(EngineConfig(model=ModelConfig(preset="tiny", device="cpu", dtype="float32"),
+                                        tensor_parallel_size=2))
+        engine.generate([[1, 2, 3]], SamplingParams(max_tokens=4))
+        print(*[w.pid for w in engine.executor.group._workers.processes], flush=True)
+        time.sleep(600)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(pids) == 1 and not process_gone(pids[0])
+    finally:
+        parent.kill()
+        parent.wait()
+    assert wait_gone(pids)
