@@ -115,7 +115,7 @@ def test_model_async_windows_under_preemption_give_the_sync_tokens():
     """The real forward, async output, 4-step windows and a pool that preempts every few steps: greedy
     tokens equal a synchronous single-step engine that never preempts. A sequence preempted while its
     step is in flight still holds placeholders, so the scheduler admits nothing in a step that
-    preempted; without that guard 2 of these 80 requests get other tokens."""
+    preempted; without that guard 3 of these 80 requests get other tokens."""
     workload = soak_workload(80, TINY.vocab_size, seed=3, shape=SHORT)
     overrides = ["engine.async_output=true", "engine.num_scheduler_steps=4"]
     tight = soak_engine_config(TINY_MODEL + overrides, 12, SHORT)

@@ -48,7 +48,8 @@ def test_soak_loses_nothing_and_matches_a_large_pool(overrides):
 )
 def test_tiny_model_soak_gives_the_large_pools_greedy_tokens(overrides):
     """Recomputed KV, prefix hits and decodes fed from the step in flight under constant preemption
-    yield the tokens of a pool that never preempts (dropping the feed gives 124 and 244 of 300 wrong)."""
+    yield the tokens of a pool that never preempts (dropping the async feed in input_batch.py gives
+    124 and 257 of 300 wrong)."""
     result = run_soak(
         soak_engine_config(TINY_MODEL + overrides, 12, SHORT), NUM_REQUESTS, seed=1, shape=SHORT
     )
