@@ -1,0 +1,71 @@
+"""`llmbench run` and `llmbench ablate` with engine.tensor_parallel_size: a 2-rank tiny-model run
+records each step's communication time; unusable sizes exit 2 with one line."""
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from llmbench.cli import app
+from llmbench.results import load_steps, load_summary
+from tests.llmbench.conftest import NULL_RUN
+
+TP_RUN = {
+    **NULL_RUN,
+    "model": {"preset": "tiny", "device": "cpu", "dtype": "float32"},
+    "engine": {**NULL_RUN["engine"], "tensor_parallel_size": 2},
+    "workload": {**NULL_RUN["workload"], "num_requests": 6},
+}
+
+
+@pytest.fixture
+def tp_config(tmp_path):
+    path = tmp_path / "tp.yaml"
+    path.write_text(yaml.safe_dump(TP_RUN))
+    return path
+
+
+def test_a_two_rank_run_records_communication_per_step(tmp_path, tp_config):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(tp_config), "--out", str(out), "--no-report"])
+    assert result.exit_code == 0, result.output
+    steps = [row for row in load_steps(out) if row["num_prefill_tokens"] or row["num_decode_seqs"]]
+    assert steps and all(row["comm_ms"] > 0 for row in steps)
+    summary = load_summary(out)
+    assert summary["config"]["engine"]["tensor_parallel_size"] == 2
+    assert summary["steps"]["mean_comm_ms"] > 0
+
+
+def test_ablate_runs_every_variant_on_two_ranks(tmp_path, tp_config):
+    out = tmp_path / "ablation"
+    args = ["ablate", str(tp_config), "--order", "async_output", "--repeat", "1", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    variants = json.loads((out / "ablation.json").read_text())["variants"]
+    assert [v["name"] for v in variants][-1] == "all on"
+    for variant in variants:
+        assert load_summary(out / variant["run_dir"])["config"]["engine"]["tensor_parallel_size"] == 2
+
+
+@pytest.mark.parametrize(
+    "size, message",
+    [
+        ("0", "engine.tensor_parallel_size: expected an integer >= 1, got 0"),
+        ("3", "engine.tensor_parallel_size 3 does not divide the model's 2 KV heads"),
+    ],
+)
+def test_an_unusable_size_exits_2_with_one_line(tmp_path, tp_config, size, message):
+    out = tmp_path / "run"
+    args = [
+        "run",
+        str(tp_config),
+        "--out",
+        str(out),
+        "--no-report",
+        "--set",
+        f"engine.tensor_parallel_size={size}",
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1

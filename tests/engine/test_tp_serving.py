@@ -1,0 +1,34 @@
+"""A served 2-rank engine whose worker rank is killed: every stream in flight fails with the rank's
+reason, and stopping the server leaves no worker behind."""
+
+import os
+import signal
+import threading
+
+import pytest
+
+from tests.engine.serving.conftest import start_server
+from tests.engine.serving.test_load_and_failures import stream_until_error
+from tests.engine.test_tp import wait_gone
+
+
+@pytest.mark.leaves_work
+def test_killing_a_worker_rank_fails_every_stream_with_its_reason():
+    server = start_server(tensor_parallel_size=2, max_num_seqs=8)
+    worker = server.engine.engine.executor.group._workers.processes[0]
+    try:
+        errors, threads, events = [], [], []
+        for _ in range(3):
+            opened = threading.Event()
+            thread = threading.Thread(target=stream_until_error, args=(server.url, opened, errors))
+            thread.start()
+            threads.append(thread)
+            events.append(opened)
+        assert all(e.wait(30) for e in events)  # every stream is under way
+        os.kill(worker.pid, signal.SIGKILL)
+        for thread in threads:
+            thread.join(30)
+        assert [m for _, m in errors] == ["engine failed: tensor-parallel rank 1 exited with code -9"] * 3
+    finally:
+        server.stop()
+    assert wait_gone([worker.pid])
