@@ -72,7 +72,13 @@ class EngineConfig:
     prefix_caching: bool = True
     # CPU-overhead optimizations
     num_scheduler_steps: int = 1
+    # a window's tokens handed over forward by forward, each as soon as it is known (off: in one burst)
+    stream_multi_step: bool = True
+    # vLLM 0.6.0: step n read back, then step n+1 scheduled and launched before n's outputs are processed
     async_output: bool = False
+    # vLLM V1 / SGLang overlap: step n+1 launched before step n is read back (its decodes fed on the
+    # device); output processing lags one step as with async_output, which it includes
+    async_scheduling: bool = False
     process_split: bool = False
     # GPU path
     cuda_graphs: bool = False

@@ -1,6 +1,8 @@
 """The engine's step loop: schedule, launch, read back and process outputs. Requests come in through
 add_request and leave as RequestOutputs from step(); a bad request fails alone, as an output.
-With async_output the step launched is processed one step later, while its successor runs."""
+With async_output or async_scheduling the step launched is processed one step later, while its
+successor runs; async_output waits for a step's tokens before launching the next, async_scheduling
+does not. A streamed multi-step window is handed over one forward per step() call."""
 
 from __future__ import annotations
 
@@ -52,7 +54,10 @@ class LLMEngine:
         self._nvtx = nvtx_ranges()  # None unless a profiler is attached
         on_cuda = self.executor.device.type == "cuda"
         self._gpu_timer = GpuTimer() if config.step_timing and on_cuda else None
-        self._in_flight: InFlightStep | None = None  # async output: launched, not yet processed
+        self._in_flight: InFlightStep | None = None  # launched, not yet (wholly) processed
+        # streamed hand-overs since the last step: when the first began, and their wait and output ms
+        self._carried_start: float | None = None
+        self._carried_ms = [0.0, 0.0]
 
     # requests in
 
@@ -150,71 +155,118 @@ class LLMEngine:
     # the loop
 
     def step(self) -> list[RequestOutput]:
-        clock = PhaseClock(self._nvtx, self._step_count)
+        lag = self.config.async_output or self.config.async_scheduling
+        in_flight = self._in_flight
+        if in_flight is not None and in_flight.streamed and in_flight.num_unread > lag:
+            return self._hand_over(in_flight)
+        clock = PhaseClock(self._nvtx, self._step_count, "sample")
+        if in_flight is not None and not self.config.async_scheduling:
+            in_flight.wait()  # async output: step n is read back before step n+1 is scheduled
+        wait_ms = clock.lap_ms("schedule")
         scheduled = self.scheduler.schedule()
         schedule_ms = clock.lap_ms("prepare")
         launched = self._launch(scheduled)
         prepare_ms = clock.lap_ms("sample")
         done = launched
-        if self.config.async_output:
+        if lag:
             # the step just launched runs on the device while the one before is read back and processed
-            done, self._in_flight = self._in_flight, launched
-        sampled = done.read() if done is not None else []
-        sample_ms = clock.lap_ms("output")
-        outputs = self._process(done, sampled)
+            done, self._in_flight = in_flight, launched
+        first_forward = done.num_read if done is not None else 0
+        sampled = done.read(1 if done.streamed and not lag else None) if done is not None else []
+        if done is not None and done.num_unread:
+            self._in_flight = done  # a streamed window: its later forwards are handed over one by one
+        sample_ms = clock.lap_ms("output") + wait_ms
+        outputs = self._process(done, sampled, first_forward)
         output_ms = clock.lap_ms()
         if self.config.step_timing:
-            batch = scheduled.batch
-            num_prefill_tokens, num_decode_seqs = batch.num_prefill_tokens, batch.num_decode_seqs
-            record = StepRecord(
-                step=self._step_count,
-                t_start=clock.start,
-                t_end=clock.last,
-                num_prefill_tokens=num_prefill_tokens,
-                num_decode_seqs=num_decode_seqs,
-                num_running=len(self.scheduler.running),
-                num_waiting=len(self.scheduler.waiting),
-                num_blocks_used=self.block_manager.num_used,
-                num_preempted=scheduled.num_preempted,
-                num_steps=scheduled.batch.num_steps,
-                schedule_ms=schedule_ms,
-                prepare_ms=prepare_ms,
-                sample_ms=sample_ms,
-                output_ms=output_ms,
-                comm_ms=self.executor.take_comm_ms(),
-                # a list comprehension: half the cost of a generator at hundreds of sequences
-                num_context_tokens=sum([s.num_computed for s in batch.seqs])
-                + num_prefill_tokens
-                + num_decode_seqs,
-            )
-            self._step_records.append(record)
-            self.last_step_record = record
-            if launched is not None and launched.span is not None:
-                self._gpu_timer.track(launched.span, record)
+            self._record(clock, scheduled, launched, schedule_ms, prepare_ms, sample_ms, output_ms)
         self._step_count += 1
         return outputs
+
+    def _hand_over(self, in_flight: InFlightStep) -> list[RequestOutput]:
+        """The next forward of a streamed window, processed as soon as its tokens are on the host;
+        nothing is scheduled. Its wait and output time go to the next step's record, which starts
+        with the first such hand-over."""
+        start = time.perf_counter()
+        if self._carried_start is None:
+            self._carried_start = start
+        first_forward = in_flight.num_read
+        sampled = in_flight.read(1)
+        read = time.perf_counter()
+        if not in_flight.num_unread:
+            self._in_flight = None
+        outputs = self._process(in_flight, sampled, first_forward)
+        self._carried_ms[0] += (read - start) * 1e3
+        self._carried_ms[1] += (time.perf_counter() - read) * 1e3
+        return outputs
+
+    def _record(
+        self,
+        clock: PhaseClock,
+        scheduled: SchedulerOutput,
+        launched: InFlightStep | None,
+        schedule_ms: float,
+        prepare_ms: float,
+        sample_ms: float,
+        output_ms: float,
+    ) -> None:
+        batch = scheduled.batch
+        num_prefill_tokens, num_decode_seqs = batch.num_prefill_tokens, batch.num_decode_seqs
+        carried_sample_ms, carried_output_ms = self._carried_ms
+        t_start = clock.start if self._carried_start is None else self._carried_start
+        self._carried_start, self._carried_ms = None, [0.0, 0.0]
+        record = StepRecord(
+            step=self._step_count,
+            t_start=t_start,
+            t_end=clock.last,
+            num_prefill_tokens=num_prefill_tokens,
+            num_decode_seqs=num_decode_seqs,
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            num_blocks_used=self.block_manager.num_used,
+            num_preempted=scheduled.num_preempted,
+            num_steps=scheduled.batch.num_steps,
+            schedule_ms=schedule_ms,
+            prepare_ms=prepare_ms,
+            sample_ms=sample_ms + carried_sample_ms,
+            output_ms=output_ms + carried_output_ms,
+            comm_ms=self.executor.take_comm_ms(),
+            # a list comprehension: half the cost of a generator at hundreds of sequences
+            num_context_tokens=sum([s.num_computed for s in batch.seqs])
+            + num_prefill_tokens
+            + num_decode_seqs,
+        )
+        self._step_records.append(record)
+        self.last_step_record = record
+        if launched is not None and launched.span is not None:
+            self._gpu_timer.track(launched.span, record)
 
     def _launch(self, scheduled: SchedulerOutput) -> InFlightStep | None:
         """Start the batch on the device and move its sequences past it, tokens still unknown."""
         batch = scheduled.batch
         if not batch.seqs:
             return None
+        if self._in_flight is not None:
+            self._in_flight.launch_rest()
         if batch.feed_rows:
             batch.feed_tokens = self._in_flight.tokens
+        streamed = self.config.stream_multi_step and batch.num_steps > 1
         if self._gpu_timer is None:
-            launched = InFlightStep(scheduled, self.executor.execute(batch))
+            launched = InFlightStep(scheduled, self.executor.execute(batch), streamed=streamed)
         else:
             span = self._gpu_timer.span()
-            tokens = self.executor.execute(batch, before_launch=span.start.record)
-            launched = InFlightStep(scheduled, tokens, span)
+            forwards = self.executor.execute(batch, before_launch=span.start.record)
+            launched = InFlightStep(scheduled, forwards, span, streamed)
             self._gpu_timer.stop(span)
         self.scheduler.advance(scheduled)
         return launched
 
-    def _process(self, done: InFlightStep | None, sampled: list[list[int]]) -> list[RequestOutput]:
+    def _process(
+        self, done: InFlightStep | None, sampled: list[list[int]], first_forward: int
+    ) -> list[RequestOutput]:
         outputs: list[RequestOutput] = []
         if done is not None:
-            outputs, finished = self.output_processor.process(done.scheduled, sampled)
+            outputs, finished = self.output_processor.process(done.scheduled, sampled, first_forward)
             for seq in finished:
                 del self._requests[seq.request_id]
         if self._pending:

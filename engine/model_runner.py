@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import ModuleType
 
 import torch
@@ -13,6 +13,7 @@ import torch
 from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.config import EngineConfig
 from engine.cuda_graphs import DecodeGraphs, graph_bucket
+from engine.in_flight import ForwardTokens, forward_tokens
 from engine.input_batch import InputBuffers, ModelInput
 from engine.loader import load_model, model_shape, resolve_device, resolve_max_model_len
 from engine.models.llama import Group, KVCache
@@ -85,27 +86,36 @@ class ModelRunner:
         if config.cuda_graphs:
             self.graphs = self._capture_graphs()
 
-    @torch.inference_mode()
     def execute(
         self, batch: ScheduledBatch, before_launch: Callable[[], object] | None = None
-    ) -> torch.Tensor:
-        """Sampled token ids [num_steps, n_sample], left on the device: reading them is the caller's
-        single sync of the step. before_launch runs once the inputs are prepared, just before the
-        first forward is launched (the step's GPU start event)."""
-        sampled_seqs = [s for s in batch.seqs if s.sample]
-        window = self.inputs.prepare(batch)  # every forward's inputs, in one copy
-        self.sampler.prepare(sampled_seqs, batch.num_steps)
-        use_graphs = self.graphs is not None and self.graphs.handles(batch)
-        self.group.send_step(self.inputs.packed, self.inputs.layout, use_graphs)
-        if before_launch is not None:
-            before_launch()
-        tokens = []
+    ) -> Iterator[ForwardTokens]:
+        """Each forward's sampled token ids [n_sample], left on the device with their host copy under
+        way: reading one is the caller's wait for that forward alone. before_launch runs once the
+        inputs are prepared, just before the first forward is launched (the step's GPU start event).
+        On a GPU every forward is launched before the first is yielded, so the device never waits for
+        the host between them; on the CPU a forward runs when the caller asks for its tokens, so it has
+        the ones before in hand first."""
+        with torch.inference_mode():
+            sampled_seqs = [s for s in batch.seqs if s.sample]
+            window = self.inputs.prepare(batch)  # every forward's inputs, in one copy
+            self.sampler.prepare(sampled_seqs, batch.num_steps)
+            use_graphs = self.graphs is not None and self.graphs.handles(batch)
+            self.group.send_step(self.inputs.packed, self.inputs.layout, use_graphs)
+            if before_launch is not None:
+                before_launch()
+        # tensor parallel: every forward at once, as on a GPU, since the other ranks run each window whole
+        lazy = self.device.type != "cuda" and self.group.size == 1
+        launched: list[ForwardTokens] = []
         for step in range(batch.num_steps):
-            if step:
-                self.group.send_tokens(tokens[-1])
-            inputs = window.next_forward(step, tokens[-1]) if step else window
-            tokens.append(self.sampler(self.logits(inputs, use_graphs), step))
-        return torch.stack(tokens) if len(tokens) > 1 else tokens[0][None]
+            with torch.inference_mode():
+                if step:
+                    self.group.send_tokens(launched[-1].device)
+                inputs = window.next_forward(step, launched[-1].device) if step else window
+                launched.append(forward_tokens(self.sampler(self.logits(inputs, use_graphs), step)))
+            if lazy:
+                yield launched[-1]
+        if not lazy:
+            yield from launched
 
     def logits(self, inputs: ModelInput, use_graphs: bool) -> torch.Tensor:
         """One forward: logits of the sampled rows (on a worker rank: its vocabulary slice)."""
@@ -206,7 +216,7 @@ class ModelRunner:
         batch = self._warm_up_batch()
         self.kv_caches = self._allocate_kv_caches(sum(len(s.block_table) for s in batch.seqs))
         if self.group.rank == 0:
-            self.execute(batch)
+            list(self.execute(batch))
         else:  # a worker rank runs the same forward, and samples nothing
             self.logits(self.inputs.prepare(batch), use_graphs=False)
         torch.cuda.synchronize()

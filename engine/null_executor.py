@@ -7,12 +7,14 @@ output processing) on any machine, the part a GPU host pays that no forward hide
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 
 from engine.batch import ScheduledBatch
 from engine.config import EngineConfig
+from engine.in_flight import ForwardTokens
 from engine.input_batch import InputBuffers
 from engine.loader import model_shape, resolve_max_model_len
 from engine.sampler import Sampler
@@ -49,8 +51,8 @@ class NullExecutor:
     def take_comm_ms(self) -> float:
         return 0.0  # one process: no collectives
 
-    def execute(self, batch: ScheduledBatch) -> torch.Tensor:
-        """Tokens [num_steps, n_sample]: the one sampled at position p of sequence s is a hash of
+    def execute(self, batch: ScheduledBatch) -> Iterator[ForwardTokens]:
+        """Each forward's tokens [n_sample]: the one sampled at position p of sequence s is a hash of
         (s, p), so any batching, chunking or multi-step window yields the same tokens."""
         # what a GPU host does before launching the forward
         inputs = self.inputs.prepare(batch)
@@ -62,7 +64,8 @@ class NullExecutor:
         steps = np.arange(batch.num_steps)[:, None]
         tokens = (ids * 1_000_003 + (positions + steps) * 7_919) % (self.shape.vocab_size - 1)
         tokens += tokens >= self.shape.eos_token_id  # skip EOS
-        return torch.from_numpy(tokens)
+        for row in torch.from_numpy(tokens):
+            yield ForwardTokens(row, row, None)
 
     def shutdown(self) -> None:
         pass

@@ -1,6 +1,7 @@
 """After a step's tokens are read back: fill each sequence's placeholders with its sampled tokens,
 decide whether it stopped, and turn the step into RequestOutputs. A multi-step window gives each
-sequence several tokens, emitted as one chunk; tokens after a stop are dropped. Finished sequences
+sequence several tokens, emitted as one chunk, or forward by forward when streamed; tokens after a
+stop are dropped. Finished sequences
 give their blocks back here."""
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ class OutputProcessor:
         self.eos_token_id = eos_token_id
 
     def process(
-        self, scheduled: SchedulerOutput, sampled: list[list[int]]
+        self, scheduled: SchedulerOutput, sampled: list[list[int]], first_forward: int = 0
     ) -> tuple[list[RequestOutput], list[Sequence]]:
-        """Outputs of one step and the sequences it finished. `sampled` holds one row per
-        forward, one token per sampling sequence in batch order."""
+        """Outputs of one step (or of some of a window's forwards, from first_forward on) and the
+        sequences they finished. `sampled` holds one row per forward, one token per sampling
+        sequence in batch order."""
         now = time.perf_counter()
-        num_steps = scheduled.batch.num_steps
-        # one entry per sampling sequence: its token, or its tokens of the whole window
-        columns = iter(sampled[0] if num_steps == 1 else zip(*sampled, strict=True)) if sampled else iter(())
+        one_row = len(sampled) == 1
+        # one entry per sampling sequence: its token, or its tokens of these forwards
+        columns = iter(sampled[0] if one_row else zip(*sampled, strict=True)) if sampled else iter(())
         outputs: list[RequestOutput] = []
         finished: list[Sequence] = []
         eos = self.eos_token_id
@@ -44,11 +46,9 @@ class OutputProcessor:
                     self._cache_blocks(seq)
                 continue  # a prompt chunk short of the prompt's end produces no token
             params = entry.sampling
-            num_before = entry.num_outputs
-            if num_steps == 1:
-                tokens = [column]
-            else:
-                tokens = list(column[: params.max_tokens - num_before])
+            num_before = entry.num_outputs + first_forward
+            # a sequence still running got a placeholder for each of these forwards up to its last output
+            tokens = [column] if one_row else list(column[: params.max_tokens - num_before])
             # hot path: most tokens can stop nothing, which a few checks settle without a call
             if (
                 not params.stop_token_ids
@@ -58,7 +58,7 @@ class OutputProcessor:
                 num_kept, reason = len(tokens), None
             else:
                 num_kept, reason = self._stop(tokens, num_before, params)
-            first = entry.num_computed + entry.num_new  # where this step's placeholders start
+            first = entry.num_computed + entry.num_new + first_forward  # where these placeholders start
             token_ids = seq.token_ids
             if num_kept == 1:
                 token_ids[first] = tokens[0]

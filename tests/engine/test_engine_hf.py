@@ -142,10 +142,10 @@ def test_multi_step_decode_equals_single_steps(checkpoint):
     prefill = ScheduledBatch(
         [ScheduledSeq(i, p, 0, len(p), tables[i], GREEDY, sample=True) for i, p in enumerate(prompts)]
     )
-    first = runner.execute(prefill)[0].tolist()
+    (first,) = [f.host.tolist() for f in runner.execute(prefill)]
     seqs = [p + [t] for p, t in zip(prompts, first, strict=True)]
     decode = [ScheduledSeq(i, s, len(s) - 1, 1, tables[i], GREEDY, True, 1) for i, s in enumerate(seqs)]
-    multi = runner.execute(ScheduledBatch(decode, num_steps=3))
+    multi = torch.stack([f.host for f in runner.execute(ScheduledBatch(decode, num_steps=3))])
     assert multi.shape == (3, len(prompts))
     for i, tokens in enumerate(expected[:4]):
         assert [first[i], *multi[:, i].tolist()] == tokens[:4]

@@ -1,7 +1,7 @@
 """Random add / step / abort sequences against small pools and budgets, over every scheduling toggle
-(block size, multi-step windows, chunked prefill, prefix caching, async output): whatever happens,
-every request ends exactly once with a sane length, no forward writes KV outside its sequences'
-blocks, and the engine ends empty."""
+(block size, multi-step windows streamed or bursty, chunked prefill, prefix caching, async output,
+async scheduling): whatever happens, every request ends exactly once with a sane length, no forward
+writes KV outside its sequences' blocks, and the engine ends empty."""
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -31,6 +31,8 @@ toggles = {
     "max_num_seqs": st.integers(1, 6),
     "chunked_prefill": st.booleans(),
     "async_output": st.booleans(),
+    "async_scheduling": st.booleans(),
+    "stream_multi_step": st.booleans(),
 }
 configs = st.builds(
     null_config,
@@ -129,7 +131,8 @@ def run_checked(config: EngineConfig, ops: list[tuple]) -> None:
     event(f"preempted: {engine.scheduler.num_preemptions > 0}")
     event(f"prefix hit: {any(o.num_cached_tokens for o in finals.values())}")
     event(f"rejected: {any(o.finish_reason is FinishReason.REJECTED for o in finals.values())}")
-    event(f"windows: {config.num_scheduler_steps > 1}, async: {config.async_output}")
+    event(f"windows: {config.num_scheduler_steps > 1}, streamed: {config.stream_multi_step}")
+    event(f"async output: {config.async_output}, async scheduling: {config.async_scheduling}")
     for request_id, output in finals.items():
         params = added[request_id]
         assert output.token_ids == streamed[request_id]

@@ -4,6 +4,7 @@ whatever the window cuts through (stops, max_tokens, min_tokens, preemption, chu
 import random
 
 import pytest
+import torch
 
 from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.config import EngineConfig, ModelConfig
@@ -83,12 +84,16 @@ def with_stops(requests, reference, picks: dict[int, int], min_tokens: int = 0):
 def test_null_executor_multi_step_equals_single_step(num_steps):
     requests = workload()
     reference = results(run(null_engine(), requests))
-    streams = run(null_engine(num_scheduler_steps=num_steps), requests)
+    streams = run(null_engine(num_scheduler_steps=num_steps, stream_multi_step=False), requests)
     assert results(streams) == reference
-    # decodes come in chunks of at most num_steps tokens, prompts' first tokens alone
+    # bursty: decodes come in chunks of at most num_steps tokens, prompts' first tokens alone
     assert all(len(o.new_token_ids) <= num_steps for outputs in streams.values() for o in outputs)
     assert max(len(o.new_token_ids) for outputs in streams.values() for o in outputs) == min(num_steps, 20)
     assert all(len(outputs[0].new_token_ids) == 1 for outputs in streams.values())
+    # streamed: one token an output, one output per forward
+    streamed = run(null_engine(num_scheduler_steps=num_steps), requests)
+    assert results(streamed) == reference
+    assert all(len(o.new_token_ids) == 1 for outputs in streamed.values() for o in outputs[:-1])
 
 
 def test_stops_inside_a_window_drop_the_window_rest():
@@ -132,7 +137,10 @@ def test_preemption_and_no_chunking_with_multi_step():
 
 
 def test_decode_only_batches_run_windows_with_blocks_reserved_ahead():
-    engine = null_engine(num_scheduler_steps=4, block_size=4, max_num_batched_tokens=64)
+    # bursty windows: one step() a window, so each call below schedules
+    engine = null_engine(
+        num_scheduler_steps=4, block_size=4, max_num_batched_tokens=64, stream_multi_step=False
+    )
     engine.add_request("a", [5] * 6, SamplingParams(max_tokens=6, ignore_eos=True))
     engine.add_request("b", [6] * 3, SamplingParams(max_tokens=20, ignore_eos=True))
     batches = []
@@ -171,14 +179,15 @@ def test_null_executor_window_rows_are_the_single_steps():
     executor = NullExecutor(EngineConfig(model=ModelConfig(preset="tiny", executor="null")))
     # tokens past the window's positions too: the null executor builds each forward's inputs from them
     seqs = [ScheduledSeq(i, [3] * (6 + i), 3 + i, 1, [0, 1], SamplingParams(), True, 1) for i in range(3)]
-    window = executor.execute(ScheduledBatch(seqs, num_steps=3))
+    window = torch.stack([f.host for f in executor.execute(ScheduledBatch(seqs, num_steps=3))])
     assert window.shape == (3, 3)
     for step in range(3):
         moved = [
             ScheduledSeq(s.seq_id, s.token_ids, s.num_computed + step, 1, [0, 1], s.sampling, True, 1)
             for s in seqs
         ]
-        assert window[step].tolist() == executor.execute(ScheduledBatch(moved))[0].tolist()
+        (single,) = executor.execute(ScheduledBatch(moved))
+        assert window[step].tolist() == single.host.tolist()
     assert TINY.eos_token_id not in window.flatten().tolist()
 
 
