@@ -17,13 +17,10 @@ def test_killing_a_worker_rank_fails_every_stream_with_its_reason():
     server = start_server(tensor_parallel_size=2, max_num_seqs=8)
     worker = server.engine.engine.executor.group._workers.processes[0]
     try:
-        errors, threads, events = [], [], []
-        for _ in range(3):
-            opened = threading.Event()
-            thread = threading.Thread(target=stream_until_error, args=(server.url, opened, errors))
+        errors, events = [], [threading.Event() for _ in range(3)]
+        threads = [threading.Thread(target=stream_until_error, args=(server.url, e, errors)) for e in events]
+        for thread in threads:
             thread.start()
-            threads.append(thread)
-            events.append(opened)
         assert all(e.wait(30) for e in events)  # every stream is under way
         os.kill(worker.pid, signal.SIGKILL)
         for thread in threads:
