@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import itertools
 import logging
-import operator
 import time
 
+from engine.admission import input_problem, rejection
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.in_flight import InFlightStep
@@ -69,54 +69,21 @@ class LLMEngine:
         arrival_time: float | None = None,
     ) -> None:
         arrival_time = time.perf_counter() if arrival_time is None else arrival_time
-        problem = self._input_problem(request_id, prompt_token_ids, params)
+        if request_id in self._requests:
+            problem = f"duplicate request id {request_id!r}"
+        else:
+            problem = input_problem(prompt_token_ids, params, self.executor.shape.vocab_size)
         if problem is not None:
             num_prompt = len(prompt_token_ids) if isinstance(prompt_token_ids, (list, tuple)) else 0
             self._finish_early(request_id, FinishReason.ERROR, problem, num_prompt)
             return
-        problem = self._rejection(len(prompt_token_ids), params)
+        problem = rejection(len(prompt_token_ids), params, self.executor.max_model_len, self.scheduler)
         if problem is not None:
             self._finish_early(request_id, FinishReason.REJECTED, problem, len(prompt_token_ids))
             return
         seq = Sequence(next(self._seq_ids), request_id, prompt_token_ids, params, arrival_time)
         self._requests[request_id] = seq
         self.scheduler.add(seq)
-
-    def _input_problem(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
-    ) -> str | None:
-        if request_id in self._requests:
-            return f"duplicate request id {request_id!r}"
-        if not isinstance(params, SamplingParams):
-            return f"params must be SamplingParams, got {type(params).__name__}"
-        problem = params.problem()
-        if problem is not None:
-            return problem
-        if not isinstance(prompt_token_ids, (list, tuple)):
-            return f"prompt_token_ids must be a list of integers, got {type(prompt_token_ids).__name__}"
-        if not prompt_token_ids:
-            return "empty prompt"
-        vocab_size = self.executor.shape.vocab_size
-        try:
-            ids = [operator.index(t) for t in prompt_token_ids]
-        except TypeError:
-            return "prompt token ids must be integers"
-        if min(ids) < 0 or max(ids) >= vocab_size:
-            return f"prompt token id outside the vocabulary [0, {vocab_size})"
-        return None
-
-    def _rejection(self, num_prompt_tokens: int, params: SamplingParams) -> str | None:
-        total = num_prompt_tokens + params.max_tokens
-        max_model_len = self.executor.max_model_len
-        if total > max_model_len:
-            return (
-                f"prompt ({num_prompt_tokens} tokens) + max_tokens ({params.max_tokens}) "
-                f"exceeds max_model_len {max_model_len}"
-            )
-        needed = self.block_manager.blocks_for(self.scheduler.kv_tokens_needed(total))
-        if needed > self.block_manager.num_blocks:
-            return f"needs {needed} KV blocks, the pool has {self.block_manager.num_blocks}"
-        return None
 
     def _finish_early(self, request_id: str, reason: FinishReason, message: str, num_prompt: int) -> None:
         logger.debug("request %r finishes %s: %s", request_id, reason.value, message)
