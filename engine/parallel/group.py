@@ -86,13 +86,17 @@ class TPGroup:
         self._control = dist.new_group(backend="gloo", timeout=control_timeout)
         self._step_group = dist.new_group(backend=backend, timeout=timedelta(seconds=STEP_TIMEOUT_S))
         self._group = dist.group.WORLD  # startup: warm-up and capture under STARTUP_TIMEOUT
+        # startup's forwards (the GPU warm-up, graph capture) run on every rank from the same local
+        # batch, so rank 0 sends nothing until start_steps
+        self._sending = False
         self._header = torch.zeros(_HEADER_LEN, dtype=torch.int64)
         self._comm_ms = 0.0
         self._range = phase_range(nvtx_ranges(), "comm")
 
     def start_steps(self) -> None:
-        """Startup is over: step collectives now fail after STEP_TIMEOUT_S."""
+        """Startup is over: rank 0 sends each step, whose collectives fail after STEP_TIMEOUT_S."""
         self._group = self._step_group
+        self._sending = True
 
     # collectives of the model (every rank)
 
@@ -125,6 +129,8 @@ class TPGroup:
     # a step's inputs, rank 0 -> the others
 
     def send_step(self, packed: torch.Tensor, layout: StepLayout, use_graphs: bool) -> None:
+        if not self._sending:
+            return
         if self.dead is None:
             self.dead = self._workers.failure()  # a worker that exited while the engine was idle
         if self.dead is not None:
@@ -138,6 +144,8 @@ class TPGroup:
 
     def send_tokens(self, tokens: torch.Tensor) -> None:
         """A window's sampled tokens: the next forward's input ids."""
+        if not self._sending:
+            return
         start = time.perf_counter()
         with self._range:
             self._call(dist.broadcast, tokens.to(torch.int64), src=0, group=self._group)
