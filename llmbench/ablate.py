@@ -1,8 +1,10 @@
 """`llmbench ablate`: one workload run with every optimization off, then with toggles switched on one
 at a time in a stated order (the last of those is all on), and optionally with each one switched off
-from all on. Every variant is an ordinary `llmbench run` in a sub-directory; ablation.json collects
-their metrics and step summaries, and the directory's summary.json is the all-on run's, so `report`
-and `compare` can take the ablation directory itself."""
+from all on. A preset names an order and settings every variant shares (cpu-overhead: CUDA graphs on,
+as in vLLM 0.5.3, and the CPU-overhead toggles added in the order vLLM added them). Every variant is
+an ordinary `llmbench run` in a sub-directory; ablation.json collects their metrics and step
+summaries, and the directory's summary.json is the all-on run's, so `report` and `compare` can take
+the ablation directory itself. The table is drawn by llmbench/ablate_table.py."""
 
 from __future__ import annotations
 
@@ -13,8 +15,6 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from rich.table import Table
 
 from llmbench.config import RunConfig, load_config
 from llmbench.console import RunProgress
@@ -30,14 +30,32 @@ TOGGLES: dict[str, tuple[Any, Any]] = {
     "process_split": (False, True),
     "async_output": (False, True),
     "num_scheduler_steps": (1, 8),
+    "async_scheduling": (False, True),
     "cuda_graphs": (False, True),
     "chunked_prefill": (False, True),
     "prefix_caching": (False, True),
     "dependent_launch": (False, True),
 }
 # dependent_launch only by name: the default ablation is the CPU-overhead story, and on a GPU without it
-# (before Hopper) the variant would repeat the one before
-DEFAULT_ORDER = [name for name in TOGGLES if name != "dependent_launch"]
+# (before Hopper) the variant would repeat the one before. async_scheduling only by name or preset: it
+# replaces async_output's wait, so after it the default order's all-on would change meaning
+DEFAULT_ORDER = ["process_split", "async_output", "num_scheduler_steps", "cuda_graphs"]
+DEFAULT_ORDER += ["chunked_prefill", "prefix_caching"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    order: list[str]
+    fixed: dict[str, Any]  # engine settings of every variant, the all-off one included
+
+
+PRESETS = {
+    "all": Preset(DEFAULT_ORDER, {}),
+    # vLLM 0.5.3's shape (graphs on, nothing hiding CPU overhead), then 0.6.0's and V1's answers
+    "cpu-overhead": Preset(
+        ["process_split", "async_output", "num_scheduler_steps", "async_scheduling"], {"cuda_graphs": True}
+    ),
+}
 # toggles with nothing to act on without a GPU forward
 GPU_TOGGLES = ("cuda_graphs", "dependent_launch")
 DEFAULT_REPEAT = 3
@@ -57,10 +75,16 @@ class Variant:
     toggles: dict[str, Any]
 
 
-def parse_order(text: str | None) -> list[str]:
-    """Toggle names from `--order a,b,c` (default: DEFAULT_ORDER)."""
+def parse_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise AblationError(f"--preset: unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def parse_order(text: str | None, default: list[str] = DEFAULT_ORDER) -> list[str]:
+    """Toggle names from `--order a,b,c` (default: the preset's order)."""
     if text is None:
-        return list(DEFAULT_ORDER)
+        return list(default)
     names = [name.strip() for name in text.split(",") if name.strip()]
     for name in names:
         if name not in TOGGLES:
@@ -118,22 +142,31 @@ def run_ablation(
     out_dir: Path | None,
     progress: RunProgress | None = None,
     repeat: int = DEFAULT_REPEAT,
+    preset_name: str = "all",
 ) -> StudyResult:
-    """Run every variant `repeat` times through the same code as `llmbench run`, interleaved (trial 1 of
-    every variant, then trial 2, ...) so that a machine's drift spreads over all variants alike;
-    ablation.json is rewritten after each run."""
+    """Run every variant `repeat` times through the same code as `llmbench run` (with the config's
+    backend: through the serving layer when it is `server`), interleaved (trial 1 of every variant,
+    then trial 2, ...) so that a machine's drift spreads over all variants alike; ablation.json is
+    rewritten after each run. --order replaces the preset's order; its fixed settings stay."""
     check_repeat(repeat)
+    preset = parse_preset(preset_name)
     command = ["llmbench", "ablate", str(config_path), *(["--order", order_text] if order_text else [])]
+    command += ["--preset", preset_name] if preset_name != "all" else []
     command += ["--leave-one-out"] if leave_one_out else []
     command += ["--repeat", str(repeat), *[arg for item in overrides for arg in ("--set", item)]]
-    order = parse_order(order_text)
+    order = parse_order(order_text, preset.order)
     base = load_config(config_path, overrides)
     order = available(order, base)
     if not order:
         raise AblationError("--order: none of its toggles can be switched on here")
+    # a fixed GPU setting has nothing to act on where the GPU toggles are left out
+    fixed = {k: v for k, v in preset.fixed.items() if k not in GPU_TOGGLES or available([k], base)}
     out_dir = Path(out_dir or default_run_dir(f"{base.name}-ablation"))
     ablation: dict[str, Any] = {
         "command": shlex.join(command),
+        "preset": preset_name,
+        "fixed": fixed,
+        "backend": base.backend.type,
         "order": order,
         "repeat": repeat,
         "complete": False,
@@ -144,7 +177,8 @@ def run_ablation(
     trials: dict[str, list[dict[str, Any]]] = {variant.name: [] for variant in variants}
     for trial in range(1, repeat + 1):
         for variant in variants:
-            settings = [f"engine.{name}={value}" for name, value in variant.toggles.items()]
+            toggles = {**fixed, **variant.toggles}
+            settings = [f"engine.{name}={value}" for name, value in toggles.items()]
             config = load_config(config_path, [*overrides, *settings])
             config.name = f"{base.name} {variant.name}"
             logger.info("trial %d/%d, variant %s: %s", trial, repeat, variant.name, ", ".join(settings))
@@ -236,54 +270,3 @@ def _effect(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     else:
         effect.update(ci=None, within_noise=None)
     return effect
-
-
-def ablation_table(ablation: dict[str, Any]) -> Table:
-    """Per variant, the median over its trials of throughput (with its interval and the effect of the
-    variant's toggle), latency, GPU busy, CPU overhead (with its interval) and readback wait, and the
-    speedup over all off."""
-    repeat = ablation.get("repeat", 1)
-    title = "ablation: " + " -> ".join(ablation["order"]) + f" (median of {repeat} interleaved trials)"
-    table = Table(title=title)
-    table.add_column("variant")
-    columns = ("output tok/s", "95% CI", "toggle's effect", "mean TPOT ms", "mean TTFT ms")
-    columns += ("GPU busy (step spans)", "CPU ms/step", "95% CI", "wait ms/step", "vs all off")
-    for column in columns:
-        table.add_column(column, justify="right")
-    baseline = ablation["variants"][0]["metrics"].get("output_throughput") if ablation["variants"] else None
-    for variant in ablation["variants"]:
-        metrics, steps = variant["metrics"], variant["steps"] or {}
-        intervals = variant.get("intervals") or {}
-        throughput = metrics.get("output_throughput")
-        busy = steps.get("gpu_busy_step_spans", steps.get("gpu_busy_fraction"))  # older files: old name
-        table.add_row(
-            variant["name"],
-            _fmt(throughput, "{:,.1f}"),
-            _range(intervals.get("output_throughput"), "{:,.0f}"),
-            _effect_text(variant.get("vs_previous")),
-            _fmt(metrics.get("mean_tpot_ms"), "{:.2f}"),
-            _fmt(metrics.get("mean_ttft_ms"), "{:.2f}"),
-            _fmt(busy * 100 if busy is not None else None, "{:.1f}%"),
-            _fmt(steps.get("mean_cpu_ms_per_step"), "{:.3f}"),
-            _range(intervals.get("mean_cpu_ms_per_step"), "{:.3f}"),
-            _fmt(steps.get("mean_wait_ms"), "{:.3f}"),
-            _fmt(throughput / baseline if throughput and baseline else None, "{:.2f}x"),
-        )
-    return table
-
-
-def _effect_text(effect: dict[str, Any] | None) -> str:
-    if effect is None:
-        return "-"
-    change = f"{effect['ratio'] - 1:+.0%}"
-    if effect["within_noise"] is None:
-        return change
-    return f"{change} (noise)" if effect["within_noise"] else change
-
-
-def _range(interval: list[float] | None, fmt: str) -> str:
-    return "-" if interval is None else f"{fmt.format(interval[0])}-{fmt.format(interval[1])}"
-
-
-def _fmt(value: float | None, fmt: str) -> str:
-    return "-" if value is None else fmt.format(value)

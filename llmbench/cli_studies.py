@@ -39,6 +39,13 @@ def ablate(
     repeat: Annotated[
         int, typer.Option(help="Trials per variant, interleaved: trial 1 of every variant, then trial 2, ...")
     ] = 3,
+    preset: Annotated[
+        str,
+        typer.Option(
+            help="all: every toggle in the default order; cpu-overhead: CUDA graphs on throughout, then "
+            "process_split, async_output, num_scheduler_steps, async_scheduling"
+        ),
+    ] = "all",
     set_: SetOption = None,
     out: Annotated[Path | None, typer.Option(help="Directory (default: results/NAME-ablation-TIME)")] = None,
     no_report: NoReportOption = False,
@@ -52,15 +59,18 @@ def ablate(
     Example:
 
         llmbench ablate configs/ci.yaml --order process_split,num_scheduler_steps --leave-one-out --repeat 5
+
+        llmbench ablate configs/llama3-8b-decode.yaml --preset cpu-overhead
     """
-    from llmbench.ablate import AblationError, ablation_table, run_ablation
+    from llmbench.ablate import AblationError, run_ablation
+    from llmbench.ablate_table import ablation_table
 
     setup_logging(verbose)
     user_errors = (AblationError, ConfigFileError, ConfigError, WorkloadError, RunDirError)
     failure = f"ablation failed; variants measured so far are in {out or 'results/'}"
     # Ctrl-C while a variant's model loads; during a run, run_benchmark keeps what it measured
     with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
-        result = run_ablation(config, set_ or [], order, leave_one_out, out, progress, repeat)
+        result = run_ablation(config, set_ or [], order, leave_one_out, out, progress, repeat, preset)
     _show_study(ablation_table(result.data), result, no_report)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from llmbench.ablate_table import fixed_text
 from llmbench.report.load import RunData
 from llmbench.report.page import Group
 from llmbench.report.step_parts import GPU, HOST, OTHER, segments
@@ -188,7 +189,10 @@ def ablation_waterfall(run: RunData, out_dir: Path) -> Path | None:
     bars = ax.bar(range(len(names)), heights, bottom=bottoms, color=colors)
     ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize="small")
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
-    ax.set(title=f"{_plain(run.label)}: output throughput by optimization", ylabel="output tokens/s")
+    preset = f"preset {run.ablation.get('preset', 'all')}{fixed_text(run.ablation)}"
+    ax.set(
+        title=f"{_plain(run.label)}: output throughput by optimization, {preset}", ylabel="output tokens/s"
+    )
     ax.grid(alpha=0.3, axis="y")
     return _save(fig, out_dir / f"ablation_{run.slug}.png")
 

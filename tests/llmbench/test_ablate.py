@@ -11,7 +11,8 @@ from tests.llmbench.conftest import NULL_RUN
 
 
 def test_order_names_are_checked():
-    assert parse_order(None) == DEFAULT_ORDER == [name for name in TOGGLES if name != "dependent_launch"]
+    by_name = ("dependent_launch", "async_scheduling")
+    assert parse_order(None) == DEFAULT_ORDER == [name for name in TOGGLES if name not in by_name]
     assert parse_order("cuda_graphs,dependent_launch") == ["cuda_graphs", "dependent_launch"]
     assert parse_order(" async_output, num_scheduler_steps ") == ["async_output", "num_scheduler_steps"]
     with pytest.raises(AblationError, match="unknown toggle 'turbo'"):
@@ -147,7 +148,8 @@ def test_absurd_repeat_counts_exit_2_before_anything_runs(null_config_file, tmp_
 
 
 def test_a_toggle_inside_the_noise_is_shown_as_such():
-    from llmbench.ablate import _entries, ablation_table
+    from llmbench.ablate import _entries
+    from llmbench.ablate_table import ablation_table
 
     def trial(k: int, throughput: float) -> dict:
         return {

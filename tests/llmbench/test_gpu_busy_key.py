@@ -5,7 +5,7 @@ import io
 
 from rich.console import Console
 
-from llmbench.ablate import ablation_table
+from llmbench.ablate_table import ablation_table
 from llmbench.compare import REGRESSION, compare_summaries, parse_metric_spec
 from llmbench.step_stats import summarize_steps
 
