@@ -1,7 +1,13 @@
 """`llmbench run` and `llmbench ablate` with engine.tensor_parallel_size: a 2-rank tiny-model run
-records each step's communication time; unusable sizes exit 2 with one line."""
+records each step's communication time; unusable sizes exit 2 with one line; Ctrl-C stops every rank."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -9,6 +15,7 @@ from typer.testing import CliRunner
 
 from llmbench.cli import app
 from llmbench.results import load_steps, load_summary
+from tests.engine.test_tp import wait_gone
 from tests.llmbench.conftest import NULL_RUN
 
 TP_RUN = {
@@ -69,3 +76,40 @@ def test_an_unusable_size_exits_2_with_one_line(tmp_path, tp_config, size, messa
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     assert message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_ctrl_c_stops_every_rank(tmp_path):
+    config = tmp_path / "long.yaml"
+    config.write_text(yaml.safe_dump({**TP_RUN, "workload": {**TP_RUN["workload"], "num_requests": 100000}}))
+    command = [
+        sys.executable,
+        "-m",
+        "llmbench",
+        "run",
+        str(config),
+        "--out",
+        str(tmp_path / "run"),
+        "--no-report",
+    ]
+    run = subprocess.Popen(
+        command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (workers := children(run.pid)):
+            assert time.monotonic() < deadline and run.poll() is None, "no worker rank started"
+            time.sleep(0.2)
+        time.sleep(3)  # into the run's steps
+        os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C does to the terminal's process group
+        assert run.wait(30) == 130
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert wait_gone(workers)
+
+
+def children(pid: int) -> list[int]:
+    """The worker ranks among a process's children."""
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        pids = [int(p) for p in f.read().split()]
+    return [p for p in pids if b"engine.parallel.worker" in Path(f"/proc/{p}/cmdline").read_bytes()]
