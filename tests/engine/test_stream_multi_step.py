@@ -5,10 +5,14 @@ the next forward runs, and a run's token_times inside a window are distinct arri
 import pytest
 
 from engine.check import assert_engine_empty
+from engine.config import EngineConfig, ModelConfig
+from engine.core_client import EngineCoreClient
+from engine.llm_engine import LLMEngine
 from engine.request import FinishReason, SamplingParams
 from llmbench.config import parse_config
 from llmbench.results import load_requests
 from llmbench.runner import run_benchmark
+from tests.engine.test_core_process import run_to_completion
 from tests.engine.test_engine_hf import GREEDY, checkpoint, engine_for, make_prompts  # noqa: F401
 from tests.engine.test_multistep import model_engine
 from tests.llmbench.conftest import NULL_RUN
@@ -114,3 +118,22 @@ def test_a_runs_token_times_inside_a_window_are_distinct_arrivals(tmp_path):
             assert distinct == [len(r.token_times) for r in records]
         else:
             assert all(d <= 2 + len(r.token_times) // 8 + 1 for d, r in zip(distinct, records, strict=True))
+
+
+def test_split_core_streams_windows_with_async_scheduling_token_exact():
+    """The process split: the core hands a streamed window over forward by forward with async scheduling
+    and a pool that preempts; tokens equal the synchronous in-process engine's, and every record still
+    carries its IPC time."""
+    model = ModelConfig(preset="tiny", device="cpu", dtype="float32")
+    prompts = [[(7 * i + j) % 500 + 3 for j in range(5 + 9 * i)] for i in range(6)]
+    tight = {"num_gpu_blocks": 24, "block_size": 4, "num_scheduler_steps": 4, "async_scheduling": True}
+    core = EngineCoreClient(EngineConfig(model=model, max_num_seqs=8, process_split=True, **tight))
+    try:
+        split, _ = run_to_completion(core, prompts, GREEDY)
+        records = core.drain_step_records()
+    finally:
+        core.shutdown()
+    local, _ = run_to_completion(LLMEngine(EngineConfig(model=model, max_num_seqs=8)), prompts, GREEDY)
+    assert split == local and all(len(tokens) == GREEDY.max_tokens for tokens in split.values())
+    assert sum(r.num_preempted for r in records) > 0 and any(r.num_steps == 4 for r in records)
+    assert all(r.ipc_ms > 0 for r in records)
