@@ -31,7 +31,7 @@ class ScheduledSeq:
 class ScheduledBatch:
     seqs: list[ScheduledSeq]
     num_steps: int = 1  # multi-step: decode-only batches run this many forwards per schedule
-    # async output: decodes whose input token is still on the device, sampled by the step in flight.
+    # overlapped steps: decodes whose input token is still on the device, sampled by the step in flight.
     # Token row feed_rows[i] takes column feed_cols[i] of feed_tokens' last row.
     feed_rows: list[int] = field(default_factory=list)
     feed_cols: list[int] = field(default_factory=list)

@@ -240,7 +240,7 @@ class InputBuffers:
         self.layout = layout
         inputs, feed_rows, feed_cols = unpack(self.packed, layout)
         if num_feed:
-            # async output: decodes whose input token was still unknown at scheduling take it from
+            # overlapped steps: decodes whose input token was still unknown at scheduling take it from
             # the step in flight's sampled tokens, on the device, without a host round trip
             inputs.input_ids[feed_rows] = batch.feed_tokens[-1, feed_cols].to(inputs.input_ids.dtype)
         return inputs

@@ -3,7 +3,7 @@ first (a decode is one token, an unfinished prompt continues with its next chunk
 ones are admitted while blocks, budget and the sequence limit allow. When blocks run out, the
 newest running sequence is preempted and later recomputed from its tokens so far.
 
-A step is scheduled before the previous one's tokens are read back (async output): `advance` moves
+A step is scheduled before the previous one's outputs are processed (overlapped steps): `advance` moves
 each scheduled sequence on with placeholder tokens, which output processing fills in later. With
 multi-step scheduling, decode-only steps run num_scheduler_steps forwards, with KV blocks reserved
 that far ahead once the batch is known to be decode-only."""
