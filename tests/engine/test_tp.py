@@ -48,12 +48,13 @@ def wait_gone(pids: list[int], timeout_s: float = 20.0) -> bool:
     return True
 
 
-def test_two_ranks_give_one_ranks_greedy_tokens_with_every_toggle():
+@pytest.mark.parametrize("overlap", ["async_output", "async_scheduling"])
+def test_two_ranks_give_one_ranks_greedy_tokens_with_every_toggle(overlap):
     prompts = make_prompts()
-    one = LLMEngine(EngineConfig(model=TINY, **EVERY_TOGGLE, async_output=True))
+    one = LLMEngine(EngineConfig(model=TINY, **EVERY_TOGGLE, **{overlap: True}))
     expected, expected_cached, _ = run(one, prompts, GREEDY)
     one.shutdown()
-    two = LLMEngine(EngineConfig(model=TINY, **EVERY_TOGGLE, async_output=True, tensor_parallel_size=2))
+    two = LLMEngine(EngineConfig(model=TINY, **EVERY_TOGGLE, **{overlap: True}, tensor_parallel_size=2))
     workers = workers_of(two)
     tokens, cached, preempted = run(two, prompts, GREEDY)  # rank 0's leak check included
     assert tokens == expected
