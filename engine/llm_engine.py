@@ -126,12 +126,15 @@ class LLMEngine:
         in_flight = self._in_flight
         if in_flight is not None and in_flight.streamed and in_flight.num_unread > lag:
             return self._hand_over(in_flight)
-        clock = PhaseClock(self._nvtx, self._step_count, "sample")
+        clock = PhaseClock(self._nvtx, self._step_count)
+        wait_ms = 0.0
         if in_flight is not None and not self.config.async_scheduling:
-            in_flight.wait()  # async output: step n is read back before step n+1 is scheduled
-        wait_ms = clock.lap_ms("schedule")
+            # async output: step n is read back before step n+1 is scheduled (a wait, inside the
+            # profile's schedule range so that every step keeps the same ranges)
+            in_flight.wait()
+            wait_ms = (time.perf_counter() - clock.start) * 1e3
         scheduled = self.scheduler.schedule()
-        schedule_ms = clock.lap_ms("prepare")
+        schedule_ms = clock.lap_ms("prepare") - wait_ms
         launched = self._launch(scheduled)
         prepare_ms = clock.lap_ms("sample")
         done = launched
