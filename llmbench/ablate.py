@@ -37,9 +37,9 @@ TOGGLES: dict[str, tuple[Any, Any]] = {
     "dependent_launch": (False, True),
 }
 # dependent_launch only by name: the default ablation is the CPU-overhead story, and on a GPU without it
-# (before Hopper) the variant would repeat the one before. async_scheduling only by name or preset: it
-# replaces async_output's wait, so after it the default order's all-on would change meaning
-DEFAULT_ORDER = ["process_split", "async_output", "num_scheduler_steps", "cuda_graphs"]
+# (before Hopper) the variant would repeat the one before. async_scheduling after async_output, which it
+# extends (no wait for step n before step n+1 is launched), so all on overlaps everything
+DEFAULT_ORDER = ["process_split", "async_output", "num_scheduler_steps", "async_scheduling", "cuda_graphs"]
 DEFAULT_ORDER += ["chunked_prefill", "prefix_caching"]
 
 
