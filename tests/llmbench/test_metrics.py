@@ -168,4 +168,8 @@ def test_median_over_trials_keeps_values_that_are_not_numbers():
         {"mean_cpu_ms_per_step": 0.4, "peaks_source": "default (H200)", "mbu": None},
     ]
     merged = median_over_trials(trials)
-    assert merged == {"mean_cpu_ms_per_step": pytest.approx(0.3), "peaks_source": "default (H200)", "mbu": None}
+    assert merged == {
+        "mean_cpu_ms_per_step": pytest.approx(0.3),
+        "peaks_source": "default (H200)",
+        "mbu": None,
+    }
