@@ -5,7 +5,8 @@ hand). A file that is missing leaves its targets "not measured" (met: null) rath
     python scripts/h200_summary.py results/h200
 
 The files come from bash scripts/h200_measure.sh (decode_bs1, throughput_bundled/_hf, agreement, kernels
-via llmbench kernels) and bash scripts/h200_ablate_profile.sh (ablation, profile_all_off/_on)."""
+via llmbench kernels), bash scripts/h200_ablate_profile.sh (ablation, profile_all_off/_on), bash
+scripts/h200_serving.sh (serving) and bash scripts/h200_sampling_drain.sh (sampling_drain)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ DECODE_TARGET = 225.0  # bs1 tokens per second (or the roofline-derived target t
 ROOFLINE_TARGET = 0.85  # bs1 decode's share of the copy-bandwidth roofline
 ABLATION_TARGET = 2.0  # all on / all off output throughput on the decode-heavy load
 GPU_BUSY_TARGET = 0.95  # all on, GPU busy by step spans
+SERVING_TARGET = 0.95  # through HTTP with the process split on, over the in-process output throughput
 
 
 class Files:
@@ -108,6 +110,21 @@ def ablation_targets(files: Files) -> list[dict[str, Any]]:
     return rows
 
 
+def serving_targets(files: Files) -> list[dict[str, Any]]:
+    variants = (files.get("serving.json") or {}).get("variants") or {}
+    in_process = (variants.get("bundled in-process") or {}).get("output_throughput")
+    split_off = (variants.get("HTTP, split off") or {}).get("output_throughput")
+    split_on = (variants.get("HTTP, split on") or {}).get("output_throughput")
+    row = target(
+        "decode-heavy load through HTTP, split on / in-process",
+        _ratio(split_on, in_process),
+        SERVING_TARGET,
+        ["serving.json"],
+        "x",
+    )
+    return [{**row, "in_process_output_tok_s": in_process, "split_gain": _ratio(split_on, split_off)}]
+
+
 def kernel_targets(files: Files) -> list[dict[str, Any]]:
     kernels = files.get("kernels.json")
     if kernels is None:
@@ -133,6 +150,20 @@ def reported(files: Files) -> list[dict[str, Any]]:
         rows.append(
             {"name": f"kernel busy (nsys), {name[8:-5].replace('_', ' ')}", "value": value, "files": [name]}
         )
+    points = (files.get("sampling_drain.json") or {}).get("points") or {}
+
+    def tok_s(name: str) -> float | None:
+        return (points.get(name) or {}).get("median_output_tok_s")
+
+    for name, a, b in (
+        (
+            "decode-heavy load greedy, current / before the drain and sampler fixes",
+            "current-greedy",
+            "before-greedy",
+        ),
+        ("decode-heavy load, temperature 0.8 + top-p 0.95 / greedy", "current-t0.8-p0.95", "current-greedy"),
+    ):
+        rows.append({"name": name, "value": _ratio(tok_s(a), tok_s(b)), "files": ["sampling_drain.json"]})
     agreement = files.get("agreement.json")
     rows.append(
         {
@@ -150,7 +181,11 @@ def main() -> None:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "results/h200")
     files = Files(out)
     targets = (
-        decode_targets(files) + throughput_targets(files) + ablation_targets(files) + kernel_targets(files)
+        decode_targets(files)
+        + throughput_targets(files)
+        + ablation_targets(files)
+        + serving_targets(files)
+        + kernel_targets(files)
     )
     summary = {
         "command": f"python scripts/h200_summary.py {out}",
