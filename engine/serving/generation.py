@@ -83,18 +83,43 @@ class Generation:
             choice.t_queued = time.perf_counter()
 
     async def deltas(self, request: Request) -> AsyncIterator[tuple[Choice, str, list[int]]]:
-        """(choice, new text, new token ids) per engine output, until every choice has finished.
-        Raises RequestRejected, EngineDeadError, or ClientGone (after aborting what is left)."""
+        """(choice, new text, new token ids) per wake-up and choice, until every choice has finished.
+        Raises RequestRejected, EngineDeadError, or ClientGone (after aborting what is left).
+
+        Every output already waiting is taken at once and a choice's outputs merge into one delta (one
+        SSE chunk): a stream whose client or handler fell behind catches up in one write instead of
+        paying the per-chunk cost (a task wake-up, an encode, a trip down the ASGI stack) per token,
+        as vLLM's server does. A stream that keeps up still gets each output on its own."""
         watcher = asyncio.create_task(self._watch(request))
         queue = self.queue
         try:
             while self._unfinished:
-                item = await queue.get()
-                if isinstance(item, Exception):
-                    raise item
-                index, output, handed = item
-                choice = self.choices[index]
-                yield choice, self._apply(choice, output, handed), output.new_token_ids
+                items = [await queue.get()]
+                while not queue.empty():
+                    items.append(queue.get_nowait())
+                merged: dict[int, tuple[Choice, list[str], list[int]]] = {}
+                error: Exception | None = None
+                for item in items:
+                    if isinstance(item, Exception):
+                        error = item
+                        break
+                    index, output, handed = item
+                    choice = self.choices[index]
+                    if choice.finish_reason is not None:
+                        continue  # queued behind its stop string: the choice is complete
+                    try:
+                        text = self._apply(choice, output, handed)
+                    except RequestRejected as e:
+                        error = e
+                        break
+                    _, texts, token_ids = merged.setdefault(index, (choice, [], []))
+                    texts.append(text)
+                    token_ids += output.new_token_ids
+                # what arrived before an error still reaches the client, as it did one output at a time
+                for choice, texts, token_ids in merged.values():
+                    yield choice, "".join(texts), token_ids
+                if error is not None:
+                    raise error
         finally:
             watcher.cancel()
             self.abort()
