@@ -112,9 +112,11 @@ def _collected(path: Path) -> bool:
 
 def classify(data: dict[str, Any]) -> str:
     """What a result file holds, from the keys its writer always sets."""
-    if "variants" in data:
+    # an ablation's variants and a sweep's points are lists; the H200 serving and sampling files key
+    # their variants and points by name, and are shown as files
+    if isinstance(data.get("variants"), list):
         return "ablation"
-    if "points" in data:
+    if isinstance(data.get("points"), list):
         return "sweep"
     if "metrics" in data and "config" in data:
         return "run"

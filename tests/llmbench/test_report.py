@@ -294,6 +294,9 @@ def test_committed_h200_results_render_as_what_they_are(tmp_path):
     assert "Kernel busy (nsys): 98.2%" in page  # the nsys profile, as its own section
     assert "Batch-1 decode: decode_bs1.json" in page and "Kernel timings: kernels.json" in page
     assert "NVIDIA H200" in page and "CUDA device" not in page
+    # named variants and points (not a study's lists) are files, not an ablation or a sweep
+    assert "serving.json" in page and "sampling_drain.json" in page
+    assert "<h3>Ablation: serving.json</h3>" not in page and "<h3>Sweep: sampling_drain.json</h3>" not in page
 
 
 def test_a_section_is_one_function_in_the_list(tmp_path, monkeypatch):
