@@ -16,13 +16,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from engine.request import RequestOutput, SamplingParams
-from llmbench.backends import Backend, ServedOutput, make_backend
+from engine.request import RequestOutput
+from llmbench.backends import Backend, make_backend
 from llmbench.config import RunConfig
 from llmbench.console import RunProgress
 from llmbench.env import collect_environment
 from llmbench.metrics import compute_metrics
 from llmbench.profiling.window import ProfileWindow, window_from_env
+from llmbench.request_record import new_record, record_output, sampling_params
 from llmbench.results import RequestRecord, ResultWriter, build_summary
 from llmbench.step_stats import summarize_steps
 from llmbench.workload import Workload, WorkloadRequest, build_workload
@@ -200,7 +201,7 @@ def _run_phase(
                 # an HTTP client stamps each chunk as it reads it, the hf backend each decode step:
                 # that, not this poll, is its arrival
                 seen = output.t_emit if state.backend.stamps_outputs else arrival
-                _record_output(record, output, seen - state.run_start, state.config.output.save_tokens)
+                record_output(record, output, seen - state.run_start, state.config.output.save_tokens)
                 if output.finished:
                     del live[output.request_id]
                     _finish(state, record)
@@ -236,49 +237,10 @@ def _run_phase(
 def _submit(
     state: _RunState, backend_id: str, request: WorkloadRequest, trial: int, warmup: bool, submit_time: float
 ) -> RequestRecord:
-    save_tokens = state.config.output.save_tokens
-    record = RequestRecord(
-        id=request.request_id,
-        trial=trial,
-        warmup=warmup,
-        prompt_len=len(request.prompt_token_ids),
-        submit_time=submit_time - state.run_start,
-        prompt_token_ids=list(request.prompt_token_ids) if save_tokens else None,
-        output_token_ids=[] if save_tokens else None,
-        prompt=request.prompt if save_tokens else None,
-    )
-    workload = state.config.workload
-    params = SamplingParams(
-        max_tokens=request.output_len,
-        temperature=workload.temperature,
-        top_p=workload.top_p,
-        top_k=workload.top_k,
-        ignore_eos=workload.ignore_eos,
-    )
-    state.backend.submit(backend_id, request.prompt_token_ids, params)
+    config = state.config
+    record = new_record(request, trial, warmup, submit_time - state.run_start, config.output.save_tokens)
+    state.backend.submit(backend_id, request.prompt_token_ids, sampling_params(request, config.workload))
     return record
-
-
-def _record_output(record: RequestRecord, output: RequestOutput, arrival: float, save_tokens: bool) -> None:
-    n = len(output.new_token_ids)
-    if n:
-        if record.first_token_time is None:
-            record.first_token_time = arrival
-        record.token_times.extend([arrival] * n)
-        record.output_len += n
-        if save_tokens:
-            record.output_token_ids.extend(output.new_token_ids)
-    if output.finished:
-        record.finish_reason = output.finish_reason.value if output.finish_reason else None
-        record.error = output.error
-        record.finish_time = arrival
-        if isinstance(output, ServedOutput) and output.server_timestamps:
-            shift = arrival - output.t_emit  # onto the run's clock, as the client times are
-            record.server_timestamps = {
-                key: [t + shift for t in value] if isinstance(value, list) else value + shift
-                for key, value in output.server_timestamps.items()
-                if value is not None
-            }
 
 
 def _abort_overdue(state: _RunState, live: dict[str, RequestRecord], cutoff: float, timeout: float) -> int:

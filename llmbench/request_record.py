@@ -1,0 +1,58 @@
+"""What the client keeps of one request: its row from submit to finish, each output stamped on arrival."""
+
+from __future__ import annotations
+
+from engine.request import RequestOutput, SamplingParams
+from llmbench.backends import ServedOutput
+from llmbench.config import WorkloadConfig
+from llmbench.results import RequestRecord
+from llmbench.workload import WorkloadRequest
+
+
+def new_record(
+    request: WorkloadRequest, trial: int, warmup: bool, submit_time: float, save_tokens: bool
+) -> RequestRecord:
+    """The row of a request submitted at `submit_time` (seconds from the run start)."""
+    return RequestRecord(
+        id=request.request_id,
+        trial=trial,
+        warmup=warmup,
+        prompt_len=len(request.prompt_token_ids),
+        submit_time=submit_time,
+        prompt_token_ids=list(request.prompt_token_ids) if save_tokens else None,
+        output_token_ids=[] if save_tokens else None,
+        prompt=request.prompt if save_tokens else None,
+    )
+
+
+def sampling_params(request: WorkloadRequest, workload: WorkloadConfig) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=request.output_len,
+        temperature=workload.temperature,
+        top_p=workload.top_p,
+        top_k=workload.top_k,
+        ignore_eos=workload.ignore_eos,
+    )
+
+
+def record_output(record: RequestRecord, output: RequestOutput, arrival: float, save_tokens: bool) -> None:
+    """Add an output that reached the client at `arrival` (run-relative): k tokens arrive together."""
+    n = len(output.new_token_ids)
+    if n:
+        if record.first_token_time is None:
+            record.first_token_time = arrival
+        record.token_times.extend([arrival] * n)
+        record.output_len += n
+        if save_tokens:
+            record.output_token_ids.extend(output.new_token_ids)
+    if output.finished:
+        record.finish_reason = output.finish_reason.value if output.finish_reason else None
+        record.error = output.error
+        record.finish_time = arrival
+        if isinstance(output, ServedOutput) and output.server_timestamps:
+            shift = arrival - output.t_emit  # onto the run's clock, as the client times are
+            record.server_timestamps = {
+                key: [t + shift for t in value] if isinstance(value, list) else value + shift
+                for key, value in output.server_timestamps.items()
+                if value is not None
+            }
