@@ -7,6 +7,8 @@ from typing import Any
 
 from rich.table import Table
 
+from llmbench.step_stats import step_value
+
 
 def ablation_table(ablation: dict[str, Any]) -> Table:
     """Per variant, the median over its trials of throughput (with its interval and the effect of the
@@ -26,7 +28,7 @@ def ablation_table(ablation: dict[str, Any]) -> Table:
         metrics, steps = variant["metrics"], variant["steps"] or {}
         intervals = variant.get("intervals") or {}
         throughput = metrics.get("output_throughput")
-        busy = steps.get("gpu_busy_step_spans", steps.get("gpu_busy_fraction"))  # older files: old name
+        busy = step_value(steps, "gpu_busy_step_spans")
         table.add_row(
             variant["name"],
             _fmt(throughput, "{:,.1f}"),

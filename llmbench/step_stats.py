@@ -41,6 +41,14 @@ DEFAULT_PEAK_FLOPS = 7.84e14  # FLOP/s, H200 default (dense bf16)
 RENAMED_STEP_KEYS = {"gpu_busy_step_spans": "gpu_busy_fraction"}
 
 
+def step_value(steps: dict[str, Any], key: str) -> Any:
+    """A figure of a summary's `steps`, read under its older name when the file predates the rename."""
+    value = steps.get(key)
+    if value is None and key in RENAMED_STEP_KEYS:
+        return steps.get(RENAMED_STEP_KEYS[key])
+    return value
+
+
 @dataclass(frozen=True)
 class StepCosts:
     """Turns a step's batch shape into bytes moved and FLOPs done, and those into utilizations."""

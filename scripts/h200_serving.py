@@ -27,6 +27,7 @@ from engine.serving.engine_loop import RECORDS_EVERY_S
 from llmbench.backends.server import ServerBackend
 from llmbench.config import load_config
 from llmbench.runner import run_benchmark
+from llmbench.step_stats import step_value
 
 CONFIG = "configs/llama3-8b-decode.yaml"
 TARGET = 0.95  # HTTP with the split on, over in-process output throughput
@@ -75,7 +76,7 @@ def _figures(summary: dict, gpu_ms: float | None) -> dict:
     if gpu_ms is None and steps.get("mean_gpu_ms") is not None:
         gpu_ms = steps["mean_gpu_ms"] * steps["num_steps"]
     figures["gpu_busy_step_gpu_ms_over_duration"] = gpu_ms / 1e3 / duration_s if gpu_ms else None
-    figures["gpu_busy_step_spans"] = steps.get("gpu_busy_step_spans", steps.get("gpu_busy_fraction"))
+    figures["gpu_busy_step_spans"] = step_value(steps, "gpu_busy_step_spans")
     return figures
 
 

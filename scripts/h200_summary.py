@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from llmbench.step_stats import step_value
+
 THROUGHPUT_TARGET = 3.8  # bundled output throughput over HF eager generate's, same GPU, same run
 DECODE_TARGET = 225.0  # bs1 tokens per second (or the roofline-derived target the file states, if higher)
 ROOFLINE_TARGET = 0.85  # bs1 decode's share of the copy-bandwidth roofline
@@ -105,7 +107,7 @@ def ablation_targets(files: Files) -> list[dict[str, Any]]:
         row = target(label, _ratio(on_tps, off_tps), ABLATION_TARGET, [name], "x")
         rows.append({**row, "all_off_output_tok_s": off_tps, "all_on_output_tok_s": on_tps})
     steps = _variant(files.get("ablation.json"), "all on").get("steps") or {}
-    busy = steps.get("gpu_busy_step_spans", steps.get("gpu_busy_fraction"))  # older files: old name
+    busy = step_value(steps, "gpu_busy_step_spans")
     rows.append(target("GPU busy (step spans), all on", busy, GPU_BUSY_TARGET, ["ablation.json"]))
     return rows
 

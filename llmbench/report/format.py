@@ -85,13 +85,6 @@ _LATENCY_KEY = re.compile(r"^(mean|median|std|min|max|p[0-9.]+)_(ttft|tpot|itl|e
 _IDLE_KEY = re.compile(r"^gpu_idle_during_(\w+)_ms$")
 
 
-def step_value(steps: dict[str, Any], key: str) -> Any:
-    """A steps figure; the step-span GPU busy was `gpu_busy_fraction` before it was renamed."""
-    if key == "gpu_busy_step_spans" and steps.get(key) is None:
-        return steps.get("gpu_busy_fraction")
-    return steps.get(key)
-
-
 def describe(key: str) -> Metric:
     """Label, unit and definition of a summary.json key; an unknown key keeps its name as label."""
     if key in METRICS:
