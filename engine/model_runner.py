@@ -178,7 +178,9 @@ class ModelRunner:
         num_blocks = budget // self._block_bytes()
         if num_blocks < 1:
             raise ValueError(f"no memory left for the KV cache (budget {budget / 2**30:.2f} GiB)")
-        return num_blocks
+        # blocks past every sequence slot at full length can never be used, yet each costs memory and a
+        # block-manager entry: a small model on a large GPU would otherwise get tens of millions
+        return min(num_blocks, c.max_num_seqs * -(-self.max_model_len // self.block_size))
 
     def _fitting(self, num_blocks: int, key: str) -> int:
         """A pool size the user chose, refused before allocation when the device cannot hold it."""

@@ -161,6 +161,10 @@ def test_kv_pool_sizing():
     runner = ModelRunner(tiny)
     # plus one spare block, the target of CUDA-graph padding rows
     assert runner.num_blocks == 7 and runner.kv_caches[0][0].shape == (8, 16, 2, 16)
+    # a device with room for far more (a tiny model on a large GPU) stops at every slot at full length
+    tiny.num_gpu_blocks = tiny.kv_cache_memory_gb = None
+    tiny.max_num_seqs, tiny.max_model_len = 4, 40
+    assert ModelRunner(tiny)._decide_num_blocks(free_kv_bytes=10**12) == 4 * 3
 
 
 @pytest.mark.triton_interpreter
