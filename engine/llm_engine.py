@@ -182,6 +182,14 @@ class LLMEngine:
     ) -> None:
         batch = scheduled.batch
         num_prefill_tokens, num_decode_seqs = batch.num_prefill_tokens, batch.num_decode_seqs
+        # a list comprehension: half the cost of a generator at hundreds of sequences
+        num_context_tokens = sum([s.num_computed for s in batch.seqs]) + num_prefill_tokens + num_decode_seqs
+        # causal pairs: a sequence's length, plus (n - 1)(2p + n) / 2 for a chunk of n after p cached
+        # (always an integer); the chunks are found by a filter, 3 us at 255 decodes and 1 chunk
+        pairs = num_context_tokens
+        if num_prefill_tokens:
+            chunks = [(s.num_new - 1) * (2 * s.num_computed + s.num_new) for s in batch.seqs if s.num_new > 1]
+            pairs += sum(chunks) // 2
         carried_sample_ms, carried_output_ms = self._carried_ms
         t_start = clock.start if self._carried_start is None else self._carried_start
         self._carried_start, self._carried_ms = None, [0.0, 0.0]
@@ -201,10 +209,8 @@ class LLMEngine:
             sample_ms=sample_ms + carried_sample_ms,
             output_ms=output_ms + carried_output_ms,
             comm_ms=self.executor.take_comm_ms(),
-            # a list comprehension: half the cost of a generator at hundreds of sequences
-            num_context_tokens=sum([s.num_computed for s in batch.seqs])
-            + num_prefill_tokens
-            + num_decode_seqs,
+            num_context_tokens=num_context_tokens,
+            num_attention_pairs=pairs,
         )
         self._step_records.append(record)
         self.last_step_record = record

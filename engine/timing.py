@@ -39,6 +39,9 @@ class StepRecord:
     gpu_end: float = math.nan
     # KV positions the batch's attention reads (sum of the scheduled sequences' lengths): MBU and MFU
     num_context_tokens: int = 0
+    # causal query-key pairs of the first forward: a decode's is its length, a prompt chunk of n tokens
+    # after p cached ones n*p + n(n+1)/2 (FLOPs of prefill attention)
+    num_attention_pairs: int = 0
 
 
 class PhaseClock:

@@ -18,6 +18,7 @@ from typing import Any
 
 from engine.request import RequestOutput
 from llmbench.backends import Backend, make_backend
+from llmbench.ceilings import run_ceilings
 from llmbench.config import RunConfig
 from llmbench.console import RunProgress
 from llmbench.env import collect_environment
@@ -25,6 +26,7 @@ from llmbench.metrics import compute_metrics
 from llmbench.profiling.window import ProfileWindow, window_from_env
 from llmbench.request_record import new_record, record_output, sampling_params
 from llmbench.results import RequestRecord, ResultWriter, build_summary
+from llmbench.roofline import bound_summary
 from llmbench.step_stats import summarize_steps
 from llmbench.workload import Workload, WorkloadRequest, build_workload
 
@@ -82,6 +84,7 @@ def run_benchmark(
         workloads = (
             first if k == 0 else build_workload(config, backend.model_info, k) for k in range(repeat)
         )
+        ceilings = run_ceilings(config)  # before the first request: the device is idle
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         run_start = time.perf_counter()
         config_dict = config.to_dict()
@@ -113,7 +116,8 @@ def run_benchmark(
                 config=config_dict,
                 environment=collect_environment(),
                 trials=trial_metrics,
-                steps=summarize_steps(state.step_rows, config_dict),
+                steps=summarize_steps(state.step_rows, config_dict)
+                | bound_summary(state.step_rows, config_dict, ceilings, trial_metrics),
             )
             if stopped:
                 summary["stop_reason"] = stopped

@@ -9,24 +9,20 @@
   gaps, each charged to the host phase that overlapped it. A span runs from the step's first forward
   (its start event follows the host's input preparation) to its last kernel, so launch gaps inside an
   eager step count as busy; kernel busy (nsys) comes from `llmbench profile --nsys`.
-- MBU and MFU: bytes and FLOPs of each step from the model shape and the batch, over the step's GPU
-  time and a peak figure (from the run config's `hardware` section, else H200 defaults).
+- MBU and MFU: bytes and FLOPs of each step (llmbench/step_costs.py) over the step's GPU time and a
+  peak figure (from the run config's `hardware` section, else H200 defaults).
 
 Steps without GPU timing (CPU runs, the null executor) give None for every GPU figure, never 0."""
 
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from engine.config import ModelConfig
-from engine.loader import model_shape
-from engine.models.llama import LlamaShape
+from llmbench.step_costs import StepCosts, gpu_seconds, is_missing, utilization_summary
 
 STEP_PHASES = ("schedule_ms", "prepare_ms", "sample_ms", "output_ms", "ipc_ms")
 WAIT_PHASE = "sample_ms"  # the token readback: the host waits there for the GPU
@@ -35,8 +31,6 @@ CPU_PHASES = tuple(phase for phase in STEP_PHASES if phase != WAIT_PHASE)
 IN_STEP_PHASES = ("schedule_ms", "prepare_ms", "sample_ms", "output_ms")
 BETWEEN_STEPS = "between_steps"  # the runner, the frontend and IPC: host time outside any step
 OTHER = "other"  # inside a step but in no timed phase
-DEFAULT_PEAK_BANDWIDTH = 4.2e12  # bytes/s, H200 default (HBM3e, measured-copy scale)
-DEFAULT_PEAK_FLOPS = 7.84e14  # FLOP/s, H200 default (dense bf16)
 # summary keys and their names in older result files, which readers fall back to
 RENAMED_STEP_KEYS = {"gpu_busy_step_spans": "gpu_busy_fraction"}
 
@@ -47,89 +41,6 @@ def step_value(steps: dict[str, Any], key: str) -> Any:
     if value is None and key in RENAMED_STEP_KEYS:
         return steps.get(RENAMED_STEP_KEYS[key])
     return value
-
-
-@dataclass(frozen=True)
-class StepCosts:
-    """Turns a step's batch shape into bytes moved and FLOPs done, and those into utilizations."""
-
-    shape: LlamaShape
-    dtype_bytes: int
-    peak_bandwidth: float  # bytes/s
-    peak_flops: float  # FLOP/s
-    peaks_source: str  # "config" or "default (H200)"
-
-    @classmethod
-    def from_run_config(cls, config: dict[str, Any]) -> StepCosts | None:
-        """From a resolved run config (summary.json's `config`); None when the model's shape cannot
-        be read (e.g. a model path that no longer exists)."""
-        model = config.get("model") or {}
-        try:
-            shape = model_shape(ModelConfig(preset=model.get("preset"), path=model.get("path")))
-        except ValueError:
-            return None
-        hardware = config.get("hardware") or {}
-        bandwidth_gb_s, tflops = hardware.get("peak_bandwidth_gb_s"), hardware.get("peak_tflops")
-        return cls(
-            shape=shape,
-            # auto means bfloat16 wherever GPU timing exists
-            dtype_bytes=4 if model.get("dtype") == "float32" else 2,
-            peak_bandwidth=bandwidth_gb_s * 1e9 if bandwidth_gb_s else DEFAULT_PEAK_BANDWIDTH,
-            peak_flops=tflops * 1e12 if tflops else DEFAULT_PEAK_FLOPS,
-            peaks_source="config" if bandwidth_gb_s or tflops else "default (H200)",
-        )
-
-    def step_bytes(self, row: dict[str, Any]) -> float | None:
-        """Weights read once per forward plus the KV cache every scheduled sequence reads."""
-        kv_tokens = _kv_tokens_read(row)
-        if kv_tokens is None:
-            return None
-        forwards = row["num_steps"]
-        weights = self.shape.param_bytes(self.dtype_bytes)
-        return forwards * weights + kv_tokens * self.shape.kv_bytes_per_token(self.dtype_bytes)
-
-    def step_flops(self, row: dict[str, Any]) -> float | None:
-        """Matmul FLOPs of every new token plus attention of each sequence's newest token over its
-        context. Earlier tokens of a prompt chunk attending to each other are left out: prefill
-        attention is undercounted, by a few percent at usual chunk lengths."""
-        kv_tokens = _kv_tokens_read(row)
-        if kv_tokens is None:
-            return None
-        forwards = row["num_steps"]
-        tokens_per_forward = row["num_prefill_tokens"] + row["num_decode_seqs"]
-        matmuls = self.shape.forward_flops(tokens_per_forward, 0, num_logits=row["num_decode_seqs"])
-        attention = 4 * self.shape.num_layers * self.shape.q_size * kv_tokens
-        return forwards * matmuls + attention
-
-    def utilization(self, row: dict[str, Any]) -> tuple[float, float]:
-        """(MBU, MFU) of one step; NaN without GPU time or batch context."""
-        gpu_s = _gpu_seconds(row)
-        if gpu_s is None:  # CPU runs: every step, so skip the byte and FLOP counts
-            return math.nan, math.nan
-        nbytes, flops = self.step_bytes(row), self.step_flops(row)
-        if nbytes is None or flops is None:
-            return math.nan, math.nan
-        return nbytes / gpu_s / self.peak_bandwidth, flops / gpu_s / self.peak_flops
-
-
-def _kv_tokens_read(row: dict[str, Any]) -> float | None:
-    """KV positions read over the step's forwards: the batch context once per forward, and in a
-    multi-step decode each forward reads one more position per sequence than the one before."""
-    context = row.get("num_context_tokens")
-    if context is None or _missing(context):
-        return None
-    n = row["num_steps"]
-    return n * context + row["num_decode_seqs"] * n * (n - 1) / 2
-
-
-def _missing(value: Any) -> bool:
-    """None, NaN, or an empty steps.csv cell."""
-    return not isinstance(value, numbers.Real) or math.isnan(value)
-
-
-def _gpu_seconds(row: dict[str, Any]) -> float | None:
-    gpu_ms = row.get("gpu_ms")
-    return None if _missing(gpu_ms) or gpu_ms <= 0 else gpu_ms / 1e3
 
 
 def cpu_ms(row: dict[str, Any]) -> float:
@@ -161,7 +72,7 @@ def _gpu_intervals(rows: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
     return [
         (r["gpu_start"], r["gpu_end"])
         for r in rows
-        if not _missing(r.get("gpu_start")) and not _missing(r.get("gpu_end"))
+        if not is_missing(r.get("gpu_start")) and not is_missing(r.get("gpu_end"))
     ]
 
 
@@ -253,7 +164,7 @@ def summarize_steps(rows: Sequence[dict[str, Any]], config: dict[str, Any] | Non
     cpu = np.array([cpu_ms(r) for r in rows])
     forwards = sum(r.get("num_steps", 1) for r in rows)
     running = sum(r.get("num_running", 0) for r in rows)
-    gpu = [r["gpu_ms"] for r in rows if _gpu_seconds(r) is not None]
+    gpu = [r["gpu_ms"] for r in rows if gpu_seconds(r) is not None]
     summary: dict[str, Any] = {
         "num_steps": len(rows),
         "num_forwards": forwards,
@@ -270,7 +181,7 @@ def summarize_steps(rows: Sequence[dict[str, Any]], config: dict[str, Any] | Non
     summary["mean_gpu_ms"] = float(np.mean(gpu)) if gpu else None
     summary["gpu_busy_step_spans"] = gpu_busy_step_spans(rows)
     summary.update(_idle_summary(rows) if gpu else {"gpu_idle_ms": None})
-    summary.update(_utilization_summary(rows, StepCosts.from_run_config(config) if config else None))
+    summary.update(utilization_summary(rows, StepCosts.from_run_config(config) if config else None))
     return summary
 
 
@@ -288,22 +199,3 @@ def _idle_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for phase, ms in sorted(by_phase.items()):
         summary[f"gpu_idle_during_{phase}_ms"] = ms
     return summary
-
-
-def _utilization_summary(rows: Sequence[dict[str, Any]], costs: StepCosts | None) -> dict[str, Any]:
-    """Time-weighted MBU and MFU: all bytes (FLOPs) over all GPU time of the steps that have both."""
-    nbytes = flops = gpu_s = 0.0
-    if costs is not None:
-        for r in rows:
-            seconds, b, f = _gpu_seconds(r), costs.step_bytes(r), costs.step_flops(r)
-            if seconds is not None and b is not None and f is not None:
-                nbytes, flops, gpu_s = nbytes + b, flops + f, gpu_s + seconds
-    if not gpu_s:
-        return {"mbu": None, "mfu": None}
-    return {
-        "mbu": nbytes / gpu_s / costs.peak_bandwidth,
-        "mfu": flops / gpu_s / costs.peak_flops,
-        "peak_bandwidth_bytes_per_s": costs.peak_bandwidth,
-        "peak_flops_per_s": costs.peak_flops,
-        "peaks_source": costs.peaks_source,
-    }

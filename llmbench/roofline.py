@@ -1,0 +1,70 @@
+"""The run's physical bound and how close it came, for summary.json `steps`.
+
+Each timed step's least GPU time is max(FLOPs / peak FLOP/s, bytes / peak bandwidth), with FLOPs and
+bytes from the model shape and the step's batch (llmbench/step_costs.py: weights read once per forward,
+the KV each sequence reads, prefill attention over its causal pairs) and the peaks the ceilings the
+run measured at its start (llmbench/ceilings.py; times tensor_parallel_size, every rank having its own).
+The steps run one after another, so their sum is the least time this schedule of the workload takes.
+
+The window is the run's throughput's: the timed trials' steps against their output tokens and
+durations, pooled over trials. bound_output_throughput = output tokens / bound_s, and
+throughput_of_bound = achieved / bound = bound_s / duration_s; with one trial the achieved figure is
+exactly `metrics.output_throughput`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from llmbench.step_costs import StepCosts
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def measured_costs(config: dict[str, Any], ceilings: dict[str, Any]) -> StepCosts | None:
+    """Step costs of the run's model at its measured ceilings, in the dtype they were measured in
+    (the model's); None when the model's shape cannot be read."""
+    costs = StepCosts.from_run_config(config)
+    if costs is None:
+        return None
+    devices = ceilings.get("ceilings_devices") or 1
+    return dataclasses.replace(
+        costs,
+        dtype_bytes=DTYPE_BYTES.get(ceilings.get("ceilings_dtype"), costs.dtype_bytes),
+        peak_bandwidth=devices * ceilings["ceiling_copy_bytes_per_s"],
+        peak_flops=devices * ceilings["ceiling_gemm_flops_per_s"],
+        peaks_source="measured",
+    )
+
+
+def bound_summary(
+    rows: Sequence[dict[str, Any]],
+    config: dict[str, Any],
+    ceilings: dict[str, Any],
+    trials: Sequence[dict[str, Any]],
+) -> dict[str, Any]:
+    """The ceilings, and with them bound_s, bound_output_throughput and throughput_of_bound; when a
+    figure cannot be had, `bound_unavailable` says why and the figures are None."""
+    summary = {"bound_s": None, "bound_output_throughput": None, "throughput_of_bound": None, **ceilings}
+    if "bound_unavailable" in ceilings:
+        return summary
+    costs = measured_costs(config, ceilings)
+    if costs is None:
+        return {**summary, "bound_unavailable": "the model's shape cannot be read"}
+    if not rows:
+        return {**summary, "bound_unavailable": "no timed engine steps"}
+    bounds = [costs.bound_s(r) for r in rows]
+    if None in bounds:
+        return {**summary, "bound_unavailable": "steps without batch context (num_context_tokens)"}
+    bound_s = sum(bounds)
+    tokens = sum(t["total_output_tokens"] for t in trials)
+    duration = sum(t["duration_s"] for t in trials)
+    if not (bound_s > 0 and tokens and duration > 0):
+        return {**summary, "bound_s": bound_s, "bound_unavailable": "no output tokens in the timed trials"}
+    return {
+        **summary,
+        "bound_s": bound_s,
+        "bound_output_throughput": tokens / bound_s,
+        "throughput_of_bound": bound_s / duration,
+    }

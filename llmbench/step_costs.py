@@ -1,0 +1,140 @@
+"""What a step must move and compute: bytes read and FLOPs of one steps.csv row, from the model shape
+(engine.models.llama.LlamaShape) and the step's batch, and what those give against a peak: MBU and
+MFU over the step's GPU time, or the least GPU time the step could take (its roofline bound)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.config import ModelConfig
+from engine.loader import model_shape
+from engine.models.llama import LlamaShape
+
+DEFAULT_PEAK_BANDWIDTH = 4.2e12  # bytes/s, H200 default (HBM3e, measured-copy scale)
+DEFAULT_PEAK_FLOPS = 7.84e14  # FLOP/s, H200 default (dense bf16)
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """Turns a step's batch shape into bytes moved and FLOPs done, and those into utilizations."""
+
+    shape: LlamaShape
+    dtype_bytes: int
+    peak_bandwidth: float  # bytes/s
+    peak_flops: float  # FLOP/s
+    peaks_source: str  # "config", "default (H200)" or "measured"
+
+    @classmethod
+    def from_run_config(cls, config: dict[str, Any]) -> StepCosts | None:
+        """From a resolved run config (summary.json's `config`); None when the model's shape cannot
+        be read (e.g. a model path that no longer exists)."""
+        model = config.get("model") or {}
+        try:
+            shape = model_shape(ModelConfig(preset=model.get("preset"), path=model.get("path")))
+        except ValueError:
+            return None
+        hardware = config.get("hardware") or {}
+        bandwidth_gb_s, tflops = hardware.get("peak_bandwidth_gb_s"), hardware.get("peak_tflops")
+        return cls(
+            shape=shape,
+            # auto means bfloat16 wherever GPU timing exists
+            dtype_bytes=4 if model.get("dtype") == "float32" else 2,
+            peak_bandwidth=bandwidth_gb_s * 1e9 if bandwidth_gb_s else DEFAULT_PEAK_BANDWIDTH,
+            peak_flops=tflops * 1e12 if tflops else DEFAULT_PEAK_FLOPS,
+            peaks_source="config" if bandwidth_gb_s or tflops else "default (H200)",
+        )
+
+    def step_bytes(self, row: dict[str, Any]) -> float | None:
+        """Weights read once per forward plus the KV cache every scheduled sequence reads."""
+        kv_tokens = _kv_tokens_read(row)
+        if kv_tokens is None:
+            return None
+        forwards = row["num_steps"]
+        weights = self.shape.param_bytes(self.dtype_bytes)
+        return forwards * weights + kv_tokens * self.shape.kv_bytes_per_token(self.dtype_bytes)
+
+    def step_flops(self, row: dict[str, Any]) -> float | None:
+        """Matmul FLOPs of every new token plus attention (QK^T and PV) over the causal query-key
+        pairs; rows written before steps.csv had `num_attention_pairs` count each sequence's newest
+        token only, so their prefill attention reads low."""
+        kv_tokens = _kv_tokens_read(row)
+        if kv_tokens is None:
+            return None
+        forwards = row["num_steps"]
+        tokens_per_forward = row["num_prefill_tokens"] + row["num_decode_seqs"]
+        matmuls = self.shape.forward_flops(tokens_per_forward, 0, num_logits=row["num_decode_seqs"])
+        attention = 4 * self.shape.num_layers * self.shape.q_size * (kv_tokens + _prompt_pairs(row))
+        return forwards * matmuls + attention
+
+    def utilization(self, row: dict[str, Any]) -> tuple[float, float]:
+        """(MBU, MFU) of one step; NaN without GPU time or batch context."""
+        gpu_s = gpu_seconds(row)
+        if gpu_s is None:  # CPU runs: every step, so skip the byte and FLOP counts
+            return math.nan, math.nan
+        nbytes, flops = self.step_bytes(row), self.step_flops(row)
+        if nbytes is None or flops is None:
+            return math.nan, math.nan
+        return nbytes / gpu_s / self.peak_bandwidth, flops / gpu_s / self.peak_flops
+
+    def bound_s(self, row: dict[str, Any]) -> float | None:
+        """The least time the step's work takes at the peaks: its FLOPs at the peak FLOP rate or its
+        bytes at the peak bandwidth, whichever is longer. A step that ran no token has none."""
+        if not row["num_prefill_tokens"] and not row["num_decode_seqs"]:
+            return 0.0
+        nbytes, flops = self.step_bytes(row), self.step_flops(row)
+        if nbytes is None or flops is None:
+            return None
+        return max(flops / self.peak_flops, nbytes / self.peak_bandwidth)
+
+
+def _kv_tokens_read(row: dict[str, Any]) -> float | None:
+    """KV positions read over the step's forwards: the batch context once per forward, and in a
+    multi-step decode each forward reads one more position per sequence than the one before."""
+    context = row.get("num_context_tokens")
+    if context is None or is_missing(context):
+        return None
+    n = row["num_steps"]
+    return n * context + row["num_decode_seqs"] * n * (n - 1) / 2
+
+
+def _prompt_pairs(row: dict[str, Any]) -> float:
+    """Query-key pairs beyond one per context position: the earlier tokens of each prompt chunk,
+    which attend to the cached prefix and to each other (0 in a decode-only step, and for rows
+    without the count)."""
+    pairs = row.get("num_attention_pairs")
+    if pairs is None or is_missing(pairs) or not pairs:
+        return 0.0
+    return pairs - row["num_context_tokens"]
+
+
+def is_missing(value: Any) -> bool:
+    """None, NaN, or an empty steps.csv cell."""
+    return not isinstance(value, numbers.Real) or math.isnan(value)
+
+
+def gpu_seconds(row: dict[str, Any]) -> float | None:
+    gpu_ms = row.get("gpu_ms")
+    return None if is_missing(gpu_ms) or gpu_ms <= 0 else gpu_ms / 1e3
+
+
+def utilization_summary(rows: Sequence[dict[str, Any]], costs: StepCosts | None) -> dict[str, Any]:
+    """Time-weighted MBU and MFU: all bytes (FLOPs) over all GPU time of the steps that have both."""
+    nbytes = flops = gpu_s = 0.0
+    if costs is not None:
+        for r in rows:
+            seconds, b, f = gpu_seconds(r), costs.step_bytes(r), costs.step_flops(r)
+            if seconds is not None and b is not None and f is not None:
+                nbytes, flops, gpu_s = nbytes + b, flops + f, gpu_s + seconds
+    if not gpu_s:
+        return {"mbu": None, "mfu": None}
+    return {
+        "mbu": nbytes / gpu_s / costs.peak_bandwidth,
+        "mfu": flops / gpu_s / costs.peak_flops,
+        "peak_bandwidth_bytes_per_s": costs.peak_bandwidth,
+        "peak_flops_per_s": costs.peak_flops,
+        "peaks_source": costs.peaks_source,
+    }

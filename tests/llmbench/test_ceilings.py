@@ -1,0 +1,61 @@
+"""The ceilings a run measures at its start, and the bound its summary carries: on the tiny model
+(CPU, float32) every key is there and consistent with the run's own throughput; on the null executor,
+whose steps run no model, the bound is left out with the reason."""
+
+import math
+
+import pytest
+import torch
+
+from llmbench.ceilings import measure_ceilings, run_ceilings
+from llmbench.config import parse_config
+from llmbench.runner import run_benchmark
+from tests.llmbench.conftest import NULL_RUN
+
+TINY_MODEL = [
+    'model.executor="model"',
+    "model.device=cpu",
+    "model.dtype=float32",
+    "workload.num_requests=6",
+    "workload.warmup_requests=0",
+]
+
+
+def test_cpu_ceilings_are_positive_finite_rates_with_their_method():
+    c = measure_ceilings(torch.device("cpu"), torch.float32)
+    for key in ("ceiling_gemm_flops_per_s", "ceiling_copy_bytes_per_s"):
+        assert math.isfinite(c[key]) and c[key] > 0
+    assert c["ceilings_dtype"] == "float32" and c["ceilings_device"].startswith("CPU, ")
+    assert (
+        "512x512x512 float32 matmul" in c["ceilings_method"]
+        and "bytes read + written" in c["ceilings_method"]
+    )
+
+
+def test_no_ceilings_where_the_bound_does_not_apply():
+    null = run_ceilings(parse_config(NULL_RUN, []))
+    assert null == {"bound_unavailable": "model.executor null: no model runs, so its roofline does not apply"}
+    served = run_ceilings(parse_config(NULL_RUN, ["backend.type=server"]))
+    assert served == {"bound_unavailable": "backend.type server: no engine step log"}
+
+
+def test_a_tiny_model_run_writes_the_bound_beside_its_ceilings(tmp_path):
+    result = run_benchmark(parse_config(NULL_RUN, TINY_MODEL), tmp_path / "r")
+    steps, metrics = result.summary["steps"], result.summary["metrics"]
+    assert "bound_unavailable" not in steps
+    assert steps["ceilings_dtype"] == "float32" and steps["ceilings_devices"] == 1
+    assert steps["ceiling_gemm_flops_per_s"] > 0 and steps["ceiling_copy_bytes_per_s"] > 0
+    assert 0 < steps["bound_s"] < metrics["duration_s"]
+    # one trial: the bound's throughput over the same tokens, and achieved / bound
+    assert steps["bound_output_throughput"] == pytest.approx(
+        metrics["total_output_tokens"] / steps["bound_s"]
+    )
+    assert steps["throughput_of_bound"] == pytest.approx(
+        metrics["output_throughput"] / steps["bound_output_throughput"]
+    )
+
+
+def test_a_null_executor_run_says_why_it_has_no_bound(tmp_path):
+    steps = run_benchmark(parse_config(NULL_RUN, []), tmp_path / "r").summary["steps"]
+    assert steps["bound_s"] is None and steps["throughput_of_bound"] is None
+    assert steps["bound_unavailable"].startswith("model.executor null")

@@ -1,0 +1,113 @@
+"""The run's roofline bound from its step records: each step's max(FLOPs / peak FLOP/s, bytes / peak
+bandwidth) at the measured ceilings, summed, against the run's output tokens and duration."""
+
+import pytest
+
+from llmbench.roofline import bound_summary, measured_costs
+from tests.llmbench.test_step_stats import TINY_KV_BYTES_PER_TOKEN, TINY_MATMUL_PARAMS, TINY_PARAM_BYTES
+
+TINY = {"model": {"preset": "tiny", "dtype": "bfloat16"}}
+LLAMA3_8B = {"model": {"preset": "llama3-8b", "dtype": "bfloat16"}}
+# 1 GFLOP/s and 1 GB/s: a step's bound is its larger count over 1e9
+UNIT = {"ceiling_gemm_flops_per_s": 1e9, "ceiling_copy_bytes_per_s": 1e9, "ceilings_dtype": "bfloat16"}
+# the issue's H200 figures: 784 TFLOP/s dense bf16, 4.2 TB/s copy
+H200 = {"ceiling_gemm_flops_per_s": 7.84e14, "ceiling_copy_bytes_per_s": 4.2e12, "ceilings_dtype": "bfloat16"}
+
+
+def step(prefill=0, decode=0, context=0, pairs=0, forwards=1):
+    return {
+        "num_prefill_tokens": prefill,
+        "num_decode_seqs": decode,
+        "num_context_tokens": context,
+        "num_attention_pairs": pairs,
+        "num_steps": forwards,
+    }
+
+
+def trial(tokens, duration_s):
+    return {"total_output_tokens": tokens, "duration_s": duration_s}
+
+
+def test_each_step_is_bound_by_its_flops_or_its_bytes_whichever_is_longer():
+    # a 10-token prompt from position 0: matmuls for 10 tokens, no logits counted (no decode),
+    # attention over its 55 causal pairs (2 layers x 64 query channels x 4)
+    prefill = step(prefill=10, context=10, pairs=55)
+    prefill_flops = 2 * 10 * TINY_MATMUL_PARAMS + 4 * 2 * 64 * 55
+    prefill_bytes = TINY_PARAM_BYTES + 10 * TINY_KV_BYTES_PER_TOKEN
+    assert prefill_flops > prefill_bytes
+    older = {k: v for k, v in prefill.items() if k != "num_attention_pairs"}  # a log from before the count
+    assert measured_costs(TINY, UNIT).step_flops(older) == 2 * 10 * TINY_MATMUL_PARAMS + 4 * 2 * 64 * 10
+    # one decode of a 100-token sequence: bytes win
+    decode = step(decode=1, context=100, pairs=100)
+    decode_bytes = TINY_PARAM_BYTES + 100 * TINY_KV_BYTES_PER_TOKEN
+    decode_flops = 2 * TINY_MATMUL_PARAMS + 2 * 512 * 64 + 4 * 2 * 64 * 100
+    assert decode_bytes > decode_flops
+    idle = step()  # a step that ran no token takes no time
+    s = bound_summary([prefill, decode, idle], TINY, UNIT, [trial(2, 0.5)])
+    bound = (prefill_flops + decode_bytes) / 1e9
+    assert s["bound_s"] == pytest.approx(bound, rel=1e-12)
+    assert s["bound_output_throughput"] == pytest.approx(2 / bound, rel=1e-12)
+    assert s["throughput_of_bound"] == pytest.approx(bound / 0.5, rel=1e-12)
+    assert s["ceiling_gemm_flops_per_s"] == 1e9 and "bound_unavailable" not in s
+
+
+def test_tensor_parallel_ranks_and_the_measured_dtype_scale_the_bound():
+    decode = step(decode=1, context=100, pairs=100)
+    one = bound_summary([decode], TINY, UNIT, [trial(1, 1.0)])["bound_s"]
+    two = bound_summary([decode], TINY, {**UNIT, "ceilings_devices": 2}, [trial(1, 1.0)])["bound_s"]
+    assert two == pytest.approx(one / 2)
+    # measured in float32 (auto on a CPU): 4 bytes a weight and a KV element, whatever the config says
+    costs = measured_costs(TINY, {**UNIT, "ceilings_dtype": "float32"})
+    assert costs.dtype_bytes == 4 and costs.peaks_source == "measured"
+    assert costs.bound_s(decode) == pytest.approx(
+        2 * (TINY_PARAM_BYTES + 100 * TINY_KV_BYTES_PER_TOKEN) / 1e9
+    )
+
+
+def throughput_workload(forwards_per_decode_step: int) -> list[dict]:
+    """Llama-3-8B, 256 prompts of 256 tokens and 128 output tokens: 8 prefill steps of 32 prompts
+    (8,192 tokens), then 127 decodes of 256 sequences, in windows of the given number of forwards."""
+    rows = [step(prefill=8192, context=8192, pairs=32 * 256 * 257 // 2) for _ in range(8)]
+    done = 1  # the prefill sampled each sequence's first token
+    while done < 128:
+        n = min(forwards_per_decode_step, 128 - done)
+        length = 256 + done + 1  # KV positions of each sequence at the window's first forward
+        rows.append(step(decode=256, context=256 * length, pairs=256 * length, forwards=n))
+        done += n
+    return rows
+
+
+def test_the_throughput_workload_reproduces_the_issues_hand_calculation():
+    # issue 18: prefill 9.2e14 FLOP at 784 TFLOP/s = 1.17 s, then 127 decode steps at
+    # max(26.8 GB / 4.2 TB/s, 3.84 TFLOP / 784 TFLOP/s) = 6.4 ms each: about 16.5k output tok/s
+    costs = measured_costs(LLAMA3_8B, H200)
+    prefill = throughput_workload(1)[:8]
+    assert sum(costs.step_flops(r) for r in prefill) == pytest.approx(9.2e14, rel=0.01)
+    assert sum(costs.bound_s(r) for r in prefill) == pytest.approx(1.17, rel=0.01)
+    for n in (1, 8):
+        s = bound_summary(throughput_workload(n), LLAMA3_8B, H200, [trial(256 * 128, 2.9)])
+        assert s["bound_output_throughput"] == pytest.approx(16.5e3, rel=0.02)
+        assert s["throughput_of_bound"] == pytest.approx(s["bound_s"] / 2.9)
+    single = bound_summary(throughput_workload(1), LLAMA3_8B, H200, [trial(1, 1)])["bound_s"]
+    windowed = bound_summary(throughput_workload(8), LLAMA3_8B, H200, [trial(1, 1)])["bound_s"]
+    assert windowed == pytest.approx(single, rel=1e-9)  # a window's forwards read one more position each
+
+
+def test_trials_are_pooled_like_their_tokens_and_durations():
+    rows = [step(decode=1, context=100, pairs=100)] * 3  # two trials' steps, in one log
+    s = bound_summary(rows, TINY, UNIT, [trial(2, 1.0), trial(1, 3.0)])
+    assert s["bound_output_throughput"] == pytest.approx(3 / s["bound_s"])
+    assert s["throughput_of_bound"] == pytest.approx(s["bound_s"] / 4.0)
+
+
+def test_without_a_bound_the_summary_says_why():
+    reason = {"bound_unavailable": "model.executor null: no model runs, so its roofline does not apply"}
+    s = bound_summary([step(decode=1, context=9)], TINY, reason, [trial(1, 1.0)])
+    assert s == {"bound_s": None, "bound_output_throughput": None, "throughput_of_bound": None, **reason}
+    assert bound_summary([], TINY, UNIT, [])["bound_unavailable"] == "no timed engine steps"
+    old = {**step(decode=1), "num_context_tokens": None}  # a log from before the context count
+    assert "batch context" in bound_summary([old], TINY, UNIT, [trial(1, 1.0)])["bound_unavailable"]
+    none = bound_summary([step(decode=1, context=9)], TINY, UNIT, [trial(0, 1.0)])
+    assert none["throughput_of_bound"] is None and none["bound_s"] > 0
+    gone = bound_summary([step()], {"model": {"path": "/no/such/model"}}, UNIT, [trial(1, 1.0)])
+    assert gone["bound_unavailable"] == "the model's shape cannot be read"
