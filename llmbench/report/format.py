@@ -75,6 +75,21 @@ METRICS = {
     "peak_bandwidth_bytes_per_s": Metric("Peak bandwidth", "B/s", "the bandwidth MBU is measured against"),
     "peak_flops_per_s": Metric("Peak FLOP/s", "FLOP/s", "the FLOP rate MFU is measured against"),
     "peaks_source": Metric("Peaks from", "", "the run config's hardware section, or H200 defaults"),
+    "bound_s": Metric(
+        "Bound time", "s", "sum over the timed steps of max(FLOPs / GEMM ceiling, bytes / copy ceiling)"
+    ),
+    "bound_output_throughput": Metric(
+        "Bound output throughput", "tok/s", "output tokens of the timed requests / bound time"
+    ),
+    "throughput_of_bound": Metric(
+        "Fraction of bound", "%", "output throughput / bound output throughput (= bound time / duration)"
+    ),
+    "ceiling_gemm_flops_per_s": Metric(
+        "GEMM ceiling", "FLOP/s", "measured at run start: a large dense matmul in the model's dtype"
+    ),
+    "ceiling_copy_bytes_per_s": Metric(
+        "Copy ceiling", "B/s", "measured at run start: a device-to-device copy, bytes read + written"
+    ),
     "kernel_busy_fraction": Metric(
         "kernel busy (nsys)", "%", "union of kernel intervals on the nsys timeline / its length"
     ),

@@ -9,6 +9,7 @@ from llmbench.report.charts import scripts
 from llmbench.report.html import STYLE, esc
 from llmbench.report.page import Page
 from llmbench.report.sections import (
+    bound,
     breakdown,
     figures,
     files,
@@ -25,6 +26,7 @@ SECTIONS: tuple[Callable[[Page], str], ...] = (
     header.render,
     headline.render,
     breakdown.render,
+    bound.render,
     study.render,
     latency.render,
     ttft_split.render,

@@ -1,0 +1,45 @@
+"""How close each run came to its physical bound (summary.json `steps`, llmbench/roofline.py): output
+throughput beside the bound's and their ratio, with the ceilings the run measured on its device. A
+run without a bound says why."""
+
+from __future__ import annotations
+
+from llmbench.report.format import describe, header_cell, number
+from llmbench.report.html import esc, note, table
+from llmbench.report.page import Page, Point
+
+FIGURES = (
+    "throughput_of_bound",
+    "bound_output_throughput",
+    "bound_s",
+    "ceiling_gemm_flops_per_s",
+    "ceiling_copy_bytes_per_s",
+)
+EXPLAIN = (
+    "Each engine step's least GPU time is its FLOPs at the measured GEMM rate or its bytes (weights "
+    "once per forward, the KV its sequences read) at the measured copy bandwidth, whichever is longer; "
+    "the bound is their sum over the timed steps, and its throughput the run's output tokens over it. "
+    "The ceilings are measured on the run's device at its start. A workload with timed arrivals waits "
+    "for its requests, which the bound does not count."
+)
+
+
+def _row(point: Point) -> list[str]:
+    steps = point.steps
+    cells = [number(point.metrics.get("output_throughput"))]
+    cells += [number(steps.get(key), describe(key).unit) for key in FIGURES]
+    where = steps.get("ceilings_device")
+    method = steps.get("ceilings_method")
+    cells.append(esc(f"{where}: {method}" if where else steps.get("bound_unavailable") or ""))
+    return cells
+
+
+def render(page: Page) -> str:
+    points = [p for p in page.points if "bound_s" in p.steps]
+    if not points:
+        return ""
+    header = ["", header_cell("output_throughput"), *(header_cell(k) for k in FIGURES), "ceilings measured"]
+    rows = [[esc(p.label), *_row(p)] for p in points]
+    return "\n".join(
+        ["<h2>Against the physical bound</h2>", note(EXPLAIN), table(header, rows, (0, len(header) - 1))]
+    )

@@ -1,0 +1,60 @@
+"""The report's bound section: the run's throughput beside its bound's, the fraction, and the ceilings
+with how they were measured, under friendly labels; a run without a bound says why, and a result file
+from before the bound shows no section. `llmbench compare` checks none of it by default."""
+
+import json
+import re
+
+from llmbench.compare import DEFAULT_METRICS, compare_summaries
+from llmbench.compare_load import metric_direction
+from llmbench.report import write_report
+from tests.llmbench.run_dirs import make_run_dir
+
+BOUND = {
+    "bound_s": 1.98,
+    "bound_output_throughput": 16_517.0,
+    "throughput_of_bound": 0.684,
+    "ceiling_gemm_flops_per_s": 7.61e14,
+    "ceiling_copy_bytes_per_s": 4.05e12,
+    "ceilings_device": "NVIDIA H200",
+    "ceilings_dtype": "bfloat16",
+    "ceilings_method": "8192x8192x8192 bfloat16 matmul and a 1024 MiB copy (bytes read + written)",
+}
+
+
+def page_with(tmp_path, steps: dict) -> str:
+    run = make_run_dir(tmp_path / "run")
+    summary = json.loads((run / "summary.json").read_text())
+    summary["steps"].update(steps)
+    (run / "summary.json").write_text(json.dumps(summary))
+    html = write_report([run], run).read_text()
+    return re.sub(r"<script.*?</script>", "", html, flags=re.S)
+
+
+def section(page: str) -> str:
+    start = page.index("<h2>Against the physical bound</h2>")
+    return page[start : page.index("<h2>", start + 1)]
+
+
+def test_the_bound_shows_with_labels_units_and_the_ceilings_method(tmp_path):
+    shown = section(page_with(tmp_path, BOUND))
+    for label in ("Fraction of bound", "Bound output throughput (tok/s)", "Bound time (s)", "GEMM ceiling"):
+        assert label in shown
+    assert "68.4%" in shown and "16,517" in shown and "761.0 TFLOP/s" in shown and "4,050 GB/s" in shown
+    assert "NVIDIA H200: 8192x8192x8192 bfloat16 matmul" in shown
+    assert "throughput_of_bound" not in shown  # key names never reach the page
+
+
+def test_a_run_without_a_bound_says_why_and_an_older_file_shows_nothing(tmp_path):
+    reason = "model.executor null: no model runs, so its roofline does not apply"
+    none = {"bound_s": None, "bound_output_throughput": None, "throughput_of_bound": None}
+    shown = section(page_with(tmp_path / "null", {**none, "bound_unavailable": reason}))
+    assert reason in shown and "n/a" in shown
+    assert "Against the physical bound" not in page_with(tmp_path / "old", {})
+
+
+def test_compare_checks_the_bound_only_when_named_and_the_fraction_as_higher_is_better():
+    assert not any("bound" in name or "ceiling" in name for name in DEFAULT_METRICS)
+    assert metric_direction("steps.throughput_of_bound") and metric_direction("steps.bound_output_throughput")
+    side = {"metrics": {"completed": 4, "output_throughput": 100.0}, "steps": BOUND}
+    assert [v.metric for v in compare_summaries(side, side)] == ["output_throughput"]
