@@ -4,6 +4,7 @@ import sys
 
 import pytest
 import torch
+from packaging.version import Version
 
 # Without a GPU, Triton kernels run in the interpreter; it must be set before any @triton.jit is defined.
 if not torch.cuda.is_available():
@@ -40,6 +41,12 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         or os.environ.get("TRITON_INTERPRET") == "1"
     ):
         return None
+    import triton  # only a compiled-kernel process gets here; the interpreting ones never need it
+
+    if Version(triton.__version__) < Version("3.7"):
+        # the GPU image pairs torch 2.11 with triton 3.6, whose interpreter hands program ids and scalar
+        # loads over as one-element arrays that cannot bound a loop: every paged kernel fails there
+        pytest.skip(f"the Triton {triton.__version__} interpreter cannot run these kernels (3.7 can)")
     child = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", pyfuncitem.nodeid],
         cwd=pyfuncitem.config.rootpath,
