@@ -59,3 +59,14 @@ def test_a_null_executor_run_says_why_it_has_no_bound(tmp_path):
     steps = run_benchmark(parse_config(NULL_RUN, []), tmp_path / "r").summary["steps"]
     assert steps["bound_s"] is None and steps["throughput_of_bound"] is None
     assert steps["bound_unavailable"].startswith("model.executor null")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_ceilings_are_timed_with_cuda_events_and_give_the_memory_back():
+    reserved = torch.cuda.memory_reserved()
+    c = measure_ceilings(torch.device("cuda"), torch.bfloat16)
+    assert c["ceiling_gemm_flops_per_s"] > 1e13 and c["ceiling_copy_bytes_per_s"] > 1e11
+    assert "8192x8192x8192 bfloat16 matmul and a 1024 MiB copy" in c["ceilings_method"]
+    assert "CUDA events" in c["ceilings_method"] and c["ceilings_device"] == torch.cuda.get_device_name()
+    # the 2.4 GB of operands are released; cuBLAS may keep its workspace (tens of MiB) in the allocator
+    assert torch.cuda.memory_reserved() < reserved + 2**27
