@@ -92,6 +92,9 @@ def metrics_table(summary: dict[str, Any]) -> Table:
         rows.append(("engine steps", str(steps["num_steps"])))
         times = (steps.get(key) for key in ("mean_step_ms", "mean_cpu_ms_per_step", "mean_wait_ms"))
         rows.append(("step / CPU / readback wait, mean (ms)", " / ".join(_fmt(t) for t in times)))
+    if steps.get("throughput_of_bound") is not None:
+        reached = f"{_fmt(steps['bound_output_throughput'])} ({steps['throughput_of_bound']:.1%} reached)"
+        rows.append(("roofline bound output (tok/s)", reached))
     for label, value in rows:
         table.add_row(label, value)
     return table
