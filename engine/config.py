@@ -26,6 +26,7 @@ DTYPES = ("float32", "bfloat16", "float16", "auto")
 DEVICES = ("cpu", "cuda", "auto")
 EXECUTORS = ("model", "null")
 ATTENTION_BACKENDS = ("torch", "triton", "auto")
+PREFILL_ATTENTIONS = ("paged", "sdpa")
 
 
 @dataclass
@@ -84,6 +85,10 @@ class EngineConfig:
     cuda_graphs: bool = False
     cuda_graph_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256])
     attention_backend: str = "auto"  # auto: triton on cuda, torch on cpu
+    # sdpa: a step's sequences with no cached prefix (chunk at position 0) attend to their own K/V through
+    # torch's SDPA (cuDNN on Hopper), the rest through the paged kernel. A field of its own, not an
+    # attention_backend value: it pairs with either backend (the torch one tests it on the CPU)
+    prefill_attention: str = "paged"
     dependent_launch: bool = True  # Triton kernels on Hopper and later: programmatic dependent launch
     tensor_parallel_size: int = 1  # ranks the weights are split over, one process each
     # measurement
@@ -134,6 +139,11 @@ class EngineConfig:
             self.attention_backend in ATTENTION_BACKENDS,
             "attention_backend",
             f"expected one of {', '.join(ATTENTION_BACKENDS)}, got {self.attention_backend!r}",
+        )
+        _require(
+            self.prefill_attention in PREFILL_ATTENTIONS,
+            "prefill_attention",
+            f"expected one of {', '.join(PREFILL_ATTENTIONS)}, got {self.prefill_attention!r}",
         )
         _require(
             self.tensor_parallel_size >= 1,

@@ -38,6 +38,9 @@ class ModelInput:
     # a single-step decode's input ids, positions and lengths as one [3, n] view of the packed
     # buffer: a graph's static inputs take them in one copy
     decode_rows: torch.Tensor | None = None
+    # a single-step batch's row offsets [B + 1] and lengths [B] on the host, where input preparation
+    # computed them: a prefill split is planned from these without reading the device back
+    host_lens: tuple[np.ndarray, np.ndarray] | None = None
 
     def next_forward(self, step: int, sampled: torch.Tensor) -> ModelInput:
         """Forward `step` (>= 1) of a multi-step window: its input tokens are those just sampled."""
@@ -239,6 +242,8 @@ class InputBuffers:
         self.packed = self._send(starts[-1])
         self.layout = layout
         inputs, feed_rows, feed_cols = unpack(self.packed, layout)
+        if num_steps == 1:
+            inputs.host_lens = (query_start, seq_lens)
         if num_feed:
             # overlapped steps: decodes whose input token was still unknown at scheduling take it from
             # the step in flight's sampled tokens, on the device, without a host round trip

@@ -6,8 +6,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from types import ModuleType
 
+import numpy as np
 import torch
 
 from engine.batch import ScheduledBatch, ScheduledSeq
@@ -22,6 +24,7 @@ from engine.parallel.group import LOCAL
 from engine.request import SamplingParams
 from engine.sampler import Sampler
 from kernels import pdl, reference
+from kernels.sdpa_prefill import plan_prefill_split
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +125,20 @@ class ModelRunner:
         with self._forward_range:
             if use_graphs:
                 return self.graphs.run(inputs)
-            hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn, self.kv_caches)
+            attn = inputs.attn
+            if self.config.prefill_attention == "sdpa" and not attn.decode_only:
+                split = plan_prefill_split(*self._host_lens(inputs), self.device)
+                attn = replace(attn, prefill_split=split)
+            hidden = self.model(inputs.input_ids, inputs.positions, attn, self.kv_caches)
             return self.model.compute_logits(hidden[inputs.sample_rows])
+
+    @staticmethod
+    def _host_lens(inputs: ModelInput) -> tuple[np.ndarray, np.ndarray]:
+        if inputs.host_lens is not None:
+            return inputs.host_lens
+        # a tensor-parallel worker has only the device copy: reading it waits for the step's broadcast
+        # (once per prefill step, on the workers alone; rank 0 never waits here)
+        return inputs.attn.query_start_loc.cpu().numpy(), inputs.attn.seq_lens.cpu().numpy()
 
     def take_comm_ms(self) -> float:
         """Milliseconds in tensor-parallel collectives since the last call."""

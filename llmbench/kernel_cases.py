@@ -28,6 +28,9 @@ class Case:
     footprint: float  # bytes of inputs and outputs per call, to size the input rotation
     make: Callable[[], Callable[[], Any]]  # builds fresh random inputs, returns the call to time
     target: float | None = None
+    # runs torch's SDPA: a device or torch build whose backend refuses the shape (or its capture in a
+    # graph) leaves the row out with a warning instead of failing the run
+    optional: bool = False
 
 
 def _randn(*shape: int, dtype: torch.dtype) -> torch.Tensor:
@@ -196,12 +199,15 @@ def argmax_cases(dtype: torch.dtype) -> list[Case]:
 
 
 def all_cases(dtype: torch.dtype) -> list[Case]:
+    from llmbench.kernel_cases_sdpa import sdpa_cases  # it builds on this module's helpers
+
     decodes = [(64, 2048), (1, 2048), (1, 32768), (16, 8192), (32, 2048), (256, 1024)]
     prefills = [(4, 2048, 0), (8, 512, 1536), (1, 8192, 0)]
     return (
         [case for t in ELEMENTWISE_TOKENS for case in elementwise_cases(t, dtype)]
         + [decode_case(b, c, dtype) for b, c in decodes]
         + [prefill_case(b, n, c, dtype) for b, n, c in prefills]
+        + sdpa_cases(dtype, prefills)
         + gemv_cases(dtype)
         + argmax_cases(dtype)
     )

@@ -62,3 +62,20 @@ def test_every_engine_kernel_has_a_case_and_cases_are_distinct():
     # one-row GEMVs move their weight once: the LM head is 128256 x 4096 bf16
     lm_head = next(case for case in cases if case.kernel == "gemv (lm_head)")
     assert lm_head.work == 128256 * 4096 * 2 and lm_head.bound == "memory"
+
+
+def test_no_prefix_prefill_shapes_are_timed_ours_paged_ours_split_and_torch_alone():
+    from llmbench.kernel_cases import all_cases
+
+    cases = all_cases(torch.bfloat16)
+    kernels_of: dict[str, set[str]] = {}
+    for case in cases:
+        kernels_of.setdefault(case.shape, set()).add(case.kernel)
+    split, paged = "prefill_attention sdpa split", "paged_prefill_attention"
+    for shape in ("B=4 new=2048 cached=0", "B=1 new=8192 cached=0"):
+        assert kernels_of[shape] == {paged, split, "torch sdpa cudnn", "torch sdpa flash"}
+        assert len({case.work for case in cases if case.shape == shape}) == 1  # one FLOP count: rates compare
+    assert kernels_of["B=2 new=2048 cached=0 + 64 decodes"] == {paged, split}
+    assert kernels_of["B=8 new=512 cached=1536"] == {paged}  # a cached prefix: nothing for SDPA alone
+    # torch's kernels (and our op around them) may be refused by a device; ours never are
+    assert {case.kernel for case in cases if case.optional} == {split, "torch sdpa cudnn", "torch sdpa flash"}

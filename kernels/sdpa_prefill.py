@@ -1,0 +1,175 @@
+"""Prefill attention split in two (EngineConfig.prefill_attention: sdpa). A sequence whose chunk starts at
+position 0 (no cached prefix, no earlier chunk) attends to that chunk's own K/V alone, so torch's
+scaled_dot_product_attention can compute it from the freshly projected k and v, contiguous and unpaged:
+cuDNN's kernel on Hopper, 1.7-1.9x our paged kernel on the prefill shapes of `llmbench kernels`. Every
+other sequence of the step (decodes, chunks after a cached prefix or an earlier chunk) goes to the op
+backend's paged kernel in one launch, as before. Every token's K/V is still written to the paged cache,
+where later chunks and decodes read it.
+
+The split is planned on the host once per forward (plan_prefill_split) and serves every layer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# cuDNN first (the fastest on Hopper); flash and memory-efficient take shapes cuDNN refuses; math is
+# the CPU's and the last resort. All four take grouped KV heads (enable_gqa; cuDNN since torch 2.8)
+SDPA_BACKENDS = [
+    SDPBackend.CUDNN_ATTENTION,
+    SDPBackend.FLASH_ATTENTION,
+    SDPBackend.EFFICIENT_ATTENTION,
+    SDPBackend.MATH,
+]
+# One SDPA call serves the no-prefix sequences of one length (a batch of equal-length prompts is one
+# call). A length whose sequences hold fewer tokens than this stays on the paged kernel: its share of the
+# step's attention is small, and a call of its own (gathers, SDPA, scatter: 3-5 launches a layer) would
+# cost more than the faster kernel saves on it.
+SDPA_MIN_TOKENS = 64
+# At most this many SDPA calls a layer, for the lengths with the most attention work (count x length^2):
+# a step of many prompts of distinct lengths must not turn into hundreds of small launches; the rest
+# stay in the paged kernel's single launch, which serves any mix of lengths at once.
+SDPA_MAX_GROUPS = 4
+
+Rows = slice | torch.Tensor  # a run of consecutive rows is a slice: a view, no gather
+
+
+@dataclass
+class SdpaGroup:
+    length: int  # new tokens of each sequence, all at positions 0 .. length - 1
+    count: int
+    rows: Rows  # the group's token rows, sequence after sequence
+
+
+@dataclass
+class PagedPart:
+    rows: Rows  # token rows
+    seqs: Rows  # their sequences (rows of the block tables and lengths)
+    query_start: torch.Tensor  # [n + 1] int32 row offsets within `rows`
+
+
+@dataclass
+class PrefillSplit:
+    groups: list[SdpaGroup]
+    paged: PagedPart | None  # None when every sequence of the step is in a group
+
+
+def _selection(indices: np.ndarray) -> slice | np.ndarray:
+    if len(indices) and indices[-1] - indices[0] == len(indices) - 1:
+        return slice(int(indices[0]), int(indices[-1]) + 1)
+    return indices
+
+
+def _token_rows(query_start: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+    """The rows of the given sequences' new tokens, in order, without a Python loop over tokens."""
+    lens = query_start[seqs + 1] - query_start[seqs]
+    offsets = np.cumsum(lens) - lens
+    return np.arange(lens.sum()) + np.repeat(query_start[seqs] - offsets, lens)
+
+
+def plan_prefill_split(
+    query_start: np.ndarray, seq_lens: np.ndarray, device: torch.device
+) -> PrefillSplit | None:
+    """The split of one forward from its host-side row offsets [B + 1] and lengths [B]; None when no
+    length group qualifies (the paged kernel then serves the whole step). Index tensors travel to the
+    device in one non-blocking copy."""
+    q_lens = np.diff(query_start)
+    fresh = seq_lens == q_lens
+    lengths, counts = np.unique(q_lens[fresh], return_counts=True)
+    work = counts * lengths.astype(np.int64) ** 2
+    largest = np.argsort(-work, kind="stable")[:SDPA_MAX_GROUPS]
+    picked = [i for i in largest if lengths[i] * counts[i] >= SDPA_MIN_TOKENS]
+    if not picked:
+        return None
+    in_group = np.zeros(len(q_lens), dtype=bool)
+    specs, selections = [], []
+    for i in sorted(picked):
+        seqs = np.flatnonzero(fresh & (q_lens == lengths[i]))
+        in_group[seqs] = True
+        specs.append((int(lengths[i]), len(seqs)))
+        selections.append(_selection(_token_rows(query_start, seqs)))
+    paged_seqs = np.flatnonzero(~in_group)
+    if len(paged_seqs):
+        paged_lens = q_lens[paged_seqs]
+        selections.append(_selection(_token_rows(query_start, paged_seqs)))
+        selections.append(_selection(paged_seqs))
+        selections.append(np.concatenate(([0], np.cumsum(paged_lens))))
+    on_device = _send(selections, device)
+    groups = [SdpaGroup(length, count, rows) for (length, count), rows in zip(specs, on_device, strict=False)]
+    paged = PagedPart(*on_device[len(specs) :]) if len(paged_seqs) else None
+    return PrefillSplit(groups, paged)
+
+
+def _send(selections: list[slice | np.ndarray], device: torch.device) -> list[Rows]:
+    """Slices stay slices; the index arrays go to the device together, as int32 views of one tensor."""
+    arrays = [s for s in selections if isinstance(s, np.ndarray)]
+    if not arrays:
+        return selections
+    flat = torch.from_numpy(np.concatenate(arrays).astype(np.int32))
+    if device.type == "cuda":
+        # pinned, so the copy is queued behind the step's kernels instead of waiting for them
+        flat = flat.pin_memory().to(device, non_blocking=True)
+    sent, start = [], 0
+    for s in selections:
+        if isinstance(s, np.ndarray):
+            s, start = flat[start : start + len(s)], start + len(s)
+        sent.append(s)
+    return sent
+
+
+def _take(x: torch.Tensor, rows: Rows) -> torch.Tensor:
+    return x[rows] if isinstance(rows, slice) else x.index_select(0, rows)
+
+
+def _causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, count: int, scale: float) -> torch.Tensor:
+    """q [count * L, Hq, D], k/v [count * L, Hkv, D]: `count` sequences of L tokens each, each causal
+    over itself -> [count * L, Hq, D]. Tokens stay outermost (BSHD), the layout cuDNN takes as is."""
+
+    def heads_first(x: torch.Tensor) -> torch.Tensor:
+        return x.view(count, -1, *x.shape[1:]).transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(
+        heads_first(q), heads_first(k), heads_first(v), is_causal=True, scale=scale, enable_gqa=True
+    )
+    return out.transpose(1, 2).reshape(q.shape)
+
+
+def split_prefill_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    split: PrefillSplit,
+    scale: float,
+    paged_attention: Callable[..., torch.Tensor],
+) -> torch.Tensor:
+    """q [T, Hq, D] and this step's own k, v [T, Hkv, D] (already written to the cache) -> [T, Hq, D]:
+    each group by SDPA on its own K/V, the rest by paged_attention (the op backend's
+    paged_prefill_attention) on the cache."""
+    with sdpa_kernel(SDPA_BACKENDS, set_priority=True):
+        if split.paged is None and len(split.groups) == 1:  # the step is one group: no scatter
+            return _causal_sdpa(q, k, v, split.groups[0].count, scale)
+        out = torch.empty_like(q)
+        for group in split.groups:
+            rows = group.rows
+            out[rows] = _causal_sdpa(_take(q, rows), _take(k, rows), _take(v, rows), group.count, scale)
+    if split.paged is not None:
+        part = split.paged
+        out[part.rows] = paged_attention(
+            _take(q, part.rows),
+            k_cache,
+            v_cache,
+            _take(block_tables, part.seqs),
+            part.query_start,
+            _take(seq_lens, part.seqs),
+            scale,
+        )
+    return out

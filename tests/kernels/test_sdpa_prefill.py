@@ -1,0 +1,117 @@
+"""Prefill attention split between SDPA (no-prefix sequences, on their own K/V) and the paged kernel (the
+rest), against the torch reference's paged attention over the whole step."""
+
+import numpy as np
+import pytest
+import torch
+
+from kernels import reference, sdpa_prefill, triton_ops
+from kernels.sdpa_prefill import plan_prefill_split, split_prefill_attention
+from tests.kernels.paged_kv import DEVICE, FP32_TOL, random_paged_kv
+
+gpu_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def _step(q_lens, cached, num_heads=4, num_kv_heads=2, head_dim=16, block_size=4, dtype=torch.float32):
+    """One step's q, its own k and v (the cache rows at its tokens' positions, as the model has just
+    written them; v a strided view, as the model's slice of the fused QKV output), the caches, the
+    tables, and the host row offsets and lengths."""
+    seq_lens = [n + c for n, c in zip(q_lens, cached, strict=True)]
+    g = torch.Generator().manual_seed(0)
+    k_cache, v_cache, tables = random_paged_kv(seq_lens, block_size, num_kv_heads, head_dim, dtype, 3, g)
+    host_tables = tables.cpu()
+    slots = [
+        int(host_tables[b, p // block_size]) * block_size + p % block_size
+        for b in range(len(q_lens))
+        for p in range(cached[b], seq_lens[b])
+    ]
+    rows = torch.tensor(slots, device=DEVICE)
+    k = k_cache.view(-1, num_kv_heads, head_dim)[rows]
+    v_rows = v_cache.view(-1, num_kv_heads, head_dim)[rows]
+    v = torch.cat((v_rows, torch.zeros_like(v_rows)), dim=-1)[..., :head_dim]
+    q = torch.randn(sum(q_lens), num_heads, head_dim, generator=g).to(dtype).to(DEVICE)
+    query_start = np.concatenate(([0], np.cumsum(q_lens)))
+    return q, k, v, k_cache, v_cache, tables, query_start, np.array(seq_lens)
+
+
+def _split_and_reference(paged_attention, q_lens, cached, **shape):
+    q, k, v, k_cache, v_cache, tables, query_start, seq_lens = _step(q_lens, cached, **shape)
+    split = plan_prefill_split(query_start, seq_lens, q.device)
+    assert split is not None
+    lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    scale = q.shape[-1] ** -0.5
+    got = split_prefill_attention(q, k, v, k_cache, v_cache, tables, lens, split, scale, paged_attention)
+    starts = torch.tensor(query_start, dtype=torch.int32, device=DEVICE)
+    want = reference.paged_prefill_attention(q, k_cache, v_cache, tables, starts, lens, scale)
+    return got, want
+
+
+MIXED_STEPS = [
+    # equal-length prompts apart in the batch (gathered), a decode, a chunk after a cached prefix
+    ([5, 7, 1, 5, 3, 1, 9], [0, 0, 10, 0, 4, 0, 0]),
+    ([6, 6, 6], [0, 0, 0]),  # the whole step one group: no scatter, no paged launch
+    ([2, 3, 4, 5, 6, 7, 1], [0, 0, 0, 0, 0, 0, 20]),  # six lengths: the two with least work stay paged
+    ([1, 9, 9, 1], [30, 0, 0, 7]),  # decodes around adjacent equal prompts (one slice)
+]
+
+
+@pytest.mark.parametrize("q_lens,cached", MIXED_STEPS)
+def test_split_matches_paged_reference(monkeypatch, q_lens, cached):
+    monkeypatch.setattr(sdpa_prefill, "SDPA_MIN_TOKENS", 1)  # tiny prompts take the SDPA path too
+    got, want = _split_and_reference(reference.paged_prefill_attention, q_lens, cached)
+    torch.testing.assert_close(got, want, atol=FP32_TOL, rtol=FP32_TOL)
+
+
+@pytest.mark.triton_interpreter
+def test_split_with_the_triton_paged_kernel_matches_reference(monkeypatch):
+    monkeypatch.setattr(sdpa_prefill, "SDPA_MIN_TOKENS", 1)
+    q_lens, cached = MIXED_STEPS[0]
+    got, want = _split_and_reference(triton_ops.paged_prefill_attention, q_lens, cached)
+    torch.testing.assert_close(got, want, atol=FP32_TOL, rtol=FP32_TOL)
+
+
+def _plan(q_lens, cached):
+    seq_lens = np.array(q_lens) + np.array(cached)
+    return plan_prefill_split(np.concatenate(([0], np.cumsum(q_lens))), seq_lens, torch.device("cpu"))
+
+
+def test_plan_groups_equal_lengths_and_leaves_the_rest_to_the_paged_kernel():
+    # two 40-token prompts apart in the batch, a 64-token one, a decode, a chunk after 16 cached tokens
+    split = _plan([40, 64, 1, 40, 8], [0, 0, 30, 0, 16])
+    assert [(g.length, g.count) for g in split.groups] == [(40, 2), (64, 1)]
+    assert split.groups[0].rows.tolist() == list(range(40)) + list(range(105, 145))
+    assert split.groups[1].rows == slice(40, 104)
+    assert split.paged.rows.tolist() == [104, *range(145, 153)]
+    assert split.paged.seqs.tolist() == [2, 4] and split.paged.query_start.tolist() == [0, 1, 9]
+
+
+def test_plan_uses_views_for_adjacent_rows():
+    split = _plan([1, 1, 100, 100, 100], [9, 5, 0, 0, 0])
+    assert [(g.length, g.count, g.rows) for g in split.groups] == [(100, 3, slice(2, 302))]
+    assert split.paged.rows == slice(0, 2) and split.paged.seqs == slice(0, 2)
+
+
+def test_plan_keeps_small_groups_and_all_prefixed_steps_paged():
+    assert _plan([30, 20, 1], [0, 0, 5]) is None  # no length reaches SDPA_MIN_TOKENS tokens
+    assert _plan([200, 300], [16, 64]) is None  # every chunk has a cached prefix
+    split = _plan([30, 20, 30, 1], [0, 0, 0, 5])  # two 30-token prompts: 60 tokens, still too few
+    assert split is None
+    split = _plan([32, 20, 32, 1], [0, 0, 0, 5])
+    assert [(g.length, g.count) for g in split.groups] == [(32, 2)]
+
+
+def test_plan_caps_the_sdpa_calls_at_the_lengths_with_most_work():
+    lengths = [100, 101, 102, 103, 104, 105]
+    split = _plan(lengths, [0] * 6)
+    assert len(split.groups) == sdpa_prefill.SDPA_MAX_GROUPS == 4
+    assert [g.length for g in split.groups] == [102, 103, 104, 105]
+    assert split.paged.seqs == slice(0, 2)
+
+
+@gpu_only
+def test_split_bf16_llama_heads_on_gpu():
+    """cuDNN (or flash) on Hopper against the reference, with grouped KV heads and mixed lengths."""
+    shape = {"num_heads": 32, "num_kv_heads": 8, "head_dim": 128, "block_size": 16, "dtype": torch.bfloat16}
+    q_lens, cached = [512, 1, 300, 512, 57], [0, 700, 0, 0, 9]
+    got, want = _split_and_reference(triton_ops.paged_prefill_attention, q_lens, cached, **shape)
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
