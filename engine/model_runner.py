@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import replace
 from types import ModuleType
 
@@ -24,7 +25,7 @@ from engine.parallel.group import LOCAL
 from engine.request import SamplingParams
 from engine.sampler import Sampler
 from kernels import pdl, reference
-from kernels.sdpa_prefill import plan_prefill_split
+from kernels.sdpa_prefill import plan_prefill_split, sdpa_backends
 
 logger = logging.getLogger(__name__)
 
@@ -125,11 +126,12 @@ class ModelRunner:
         with self._forward_range:
             if use_graphs:
                 return self.graphs.run(inputs)
-            attn = inputs.attn
+            attn, backends = inputs.attn, nullcontext()
             if self.config.prefill_attention == "sdpa" and not attn.decode_only:
                 split = plan_prefill_split(*self._host_lens(inputs), self.device)
-                attn = replace(attn, prefill_split=split)
-            hidden = self.model(inputs.input_ids, inputs.positions, attn, self.kv_caches)
+                attn, backends = replace(attn, prefill_split=split), sdpa_backends()
+            with backends:
+                hidden = self.model(inputs.input_ids, inputs.positions, attn, self.kv_caches)
             return self.model.compute_logits(hidden[inputs.sample_rows])
 
     @staticmethod

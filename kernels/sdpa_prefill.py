@@ -11,6 +11,7 @@ The split is planned on the host once per forward (plan_prefill_split) and serve
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,13 @@ SDPA_MIN_TOKENS = 64
 # a step of many prompts of distinct lengths must not turn into hundreds of small launches; the rest
 # stay in the paged kernel's single launch, which serves any mix of lengths at once.
 SDPA_MAX_GROUPS = 4
+
+
+def sdpa_backends() -> AbstractContextManager:
+    """SDPA_BACKENDS in their order of priority, for a whole forward: entering costs about 17 us of
+    host time (2-core CPU), too much to pay in each of 32 layers."""
+    return sdpa_kernel(SDPA_BACKENDS, set_priority=True)
+
 
 Rows = slice | torch.Tensor  # a run of consecutive rows is a slice: a view, no gather
 
@@ -153,14 +161,14 @@ def split_prefill_attention(
 ) -> torch.Tensor:
     """q [T, Hq, D] and this step's own k, v [T, Hkv, D] (already written to the cache) -> [T, Hq, D]:
     each group by SDPA on its own K/V, the rest by paged_attention (the op backend's
-    paged_prefill_attention) on the cache."""
-    with sdpa_kernel(SDPA_BACKENDS, set_priority=True):
-        if split.paged is None and len(split.groups) == 1:  # the step is one group: no scatter
-            return _causal_sdpa(q, k, v, split.groups[0].count, scale)
-        out = torch.empty_like(q)
-        for group in split.groups:
-            rows = group.rows
-            out[rows] = _causal_sdpa(_take(q, rows), _take(k, rows), _take(v, rows), group.count, scale)
+    paged_prefill_attention) on the cache. Runs inside sdpa_backends(), which the caller enters once
+    for the whole forward."""
+    if split.paged is None and len(split.groups) == 1:  # the step is one group: no scatter
+        return _causal_sdpa(q, k, v, split.groups[0].count, scale)
+    out = torch.empty_like(q)
+    for group in split.groups:
+        rows = group.rows
+        out[rows] = _causal_sdpa(_take(q, rows), _take(k, rows), _take(v, rows), group.count, scale)
     if split.paged is not None:
         part = split.paged
         out[part.rows] = paged_attention(

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kernels import triton_ops
-from kernels.sdpa_prefill import plan_prefill_split, split_prefill_attention
+from kernels.sdpa_prefill import plan_prefill_split, sdpa_backends, split_prefill_attention
 from llmbench.kernel_cases import HEAD_DIM, NUM_HEADS, NUM_KV_HEADS, Case, _paged_cache, _randn
 
 LIBRARY_BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
@@ -46,7 +46,12 @@ def split_case(num_prompts: int, new_tokens: int, dtype: torch.dtype, num_decode
         split = plan_prefill_split(query_start, lens, q.device)
         seq_lens = torch.from_numpy(lens).to(device=q.device, dtype=torch.int32)
         args = (q, k, v, k_cache, v_cache, tables, seq_lens, split, HEAD_DIM**-0.5)
-        return lambda: split_prefill_attention(*args, triton_ops.paged_prefill_attention)
+
+        def call():
+            with sdpa_backends():  # as the model runner runs a forward
+                return split_prefill_attention(*args, triton_ops.paged_prefill_attention)
+
+        return call
 
     decodes = f" + {num_decodes} decodes" if num_decodes else ""
     shape = f"B={num_prompts} new={new_tokens} cached=0{decodes}"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kernels import reference, sdpa_prefill, triton_ops
-from kernels.sdpa_prefill import plan_prefill_split, split_prefill_attention
+from kernels.sdpa_prefill import plan_prefill_split, sdpa_backends, split_prefill_attention
 from tests.kernels.paged_kv import DEVICE, FP32_TOL, random_paged_kv
 
 gpu_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -40,7 +40,8 @@ def _split_and_reference(paged_attention, q_lens, cached, **shape):
     assert split is not None
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
     scale = q.shape[-1] ** -0.5
-    got = split_prefill_attention(q, k, v, k_cache, v_cache, tables, lens, split, scale, paged_attention)
+    with sdpa_backends():
+        got = split_prefill_attention(q, k, v, k_cache, v_cache, tables, lens, split, scale, paged_attention)
     starts = torch.tensor(query_start, dtype=torch.int32, device=DEVICE)
     want = reference.paged_prefill_attention(q, k_cache, v_cache, tables, starts, lens, scale)
     return got, want
