@@ -105,7 +105,10 @@ def plan_prefill_split(
     if len(paged_seqs):
         paged_lens = q_lens[paged_seqs]
         selections.append(_selection(_token_rows(query_start, paged_seqs)))
-        selections.append(_selection(paged_seqs))
+        # an index even when consecutive: a slice of the block tables or lengths at an odd row would
+        # be a pointer Triton has not compiled the paged kernel for (16-byte alignment), a new
+        # variant mid-run; the gathered copies are a few hundred integers
+        selections.append(paged_seqs)
         selections.append(np.concatenate(([0], np.cumsum(paged_lens))))
     on_device = _send(selections, device)
     groups = [SdpaGroup(length, count, rows) for (length, count), rows in zip(specs, on_device, strict=False)]
@@ -114,20 +117,21 @@ def plan_prefill_split(
 
 
 def _send(selections: list[slice | np.ndarray], device: torch.device) -> list[Rows]:
-    """Slices stay slices; the index arrays go to the device together, as int32 views of one tensor."""
+    """Slices stay slices; the index arrays go to the device together, as int32 views of one tensor,
+    each starting on a 16-byte boundary (the paged kernel takes one as its row offsets)."""
     arrays = [s for s in selections if isinstance(s, np.ndarray)]
     if not arrays:
         return selections
-    flat = torch.from_numpy(np.concatenate(arrays).astype(np.int32))
+    starts = np.cumsum([0] + [-(-len(a) // 4) * 4 for a in arrays])
+    host = np.zeros(starts[-1], dtype=np.int32)
+    for start, a in zip(starts, arrays, strict=False):
+        host[start : start + len(a)] = a
+    flat = torch.from_numpy(host)
     if device.type == "cuda":
         # pinned, so the copy is queued behind the step's kernels instead of waiting for them
         flat = flat.pin_memory().to(device, non_blocking=True)
-    sent, start = [], 0
-    for s in selections:
-        if isinstance(s, np.ndarray):
-            s, start = flat[start : start + len(s)], start + len(s)
-        sent.append(s)
-    return sent
+    views = iter([flat[start : start + len(a)] for start, a in zip(starts, arrays, strict=False)])
+    return [next(views) if isinstance(s, np.ndarray) else s for s in selections]
 
 
 def _take(x: torch.Tensor, rows: Rows) -> torch.Tensor:

@@ -89,7 +89,16 @@ def test_plan_groups_equal_lengths_and_leaves_the_rest_to_the_paged_kernel():
 def test_plan_uses_views_for_adjacent_rows():
     split = _plan([1, 1, 100, 100, 100], [9, 5, 0, 0, 0])
     assert [(g.length, g.count, g.rows) for g in split.groups] == [(100, 3, slice(2, 302))]
-    assert split.paged.rows == slice(0, 2) and split.paged.seqs == slice(0, 2)
+    assert split.paged.rows == slice(0, 2) and split.paged.seqs.tolist() == [0, 1]
+
+
+def test_plan_sends_index_arrays_on_16_byte_boundaries():
+    """Triton specializes the paged kernel on pointer alignment: an odd view would compile a variant."""
+    split = _plan([40, 3, 1, 40, 1, 2, 5], [0, 7, 9, 0, 4, 0, 11])
+    sent = [split.groups[0].rows, split.paged.rows, split.paged.seqs, split.paged.query_start]
+    assert all(isinstance(t, torch.Tensor) and t.storage_offset() % 4 == 0 for t in sent)
+    assert split.paged.seqs.tolist() == [1, 2, 4, 5, 6]
+    assert split.paged.query_start.tolist() == [0, 3, 4, 5, 7, 12]
 
 
 def test_plan_keeps_small_groups_and_all_prefixed_steps_paged():
@@ -106,7 +115,7 @@ def test_plan_caps_the_sdpa_calls_at_the_lengths_with_most_work():
     split = _plan(lengths, [0] * 6)
     assert len(split.groups) == sdpa_prefill.SDPA_MAX_GROUPS == 4
     assert [g.length for g in split.groups] == [102, 103, 104, 105]
-    assert split.paged.seqs == slice(0, 2)
+    assert split.paged.seqs.tolist() == [0, 1]
 
 
 @gpu_only
