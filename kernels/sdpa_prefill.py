@@ -57,7 +57,7 @@ class SdpaGroup:
 @dataclass
 class PagedPart:
     rows: Rows  # token rows
-    seqs: Rows  # their sequences (rows of the block tables and lengths)
+    seqs: torch.Tensor  # their sequences (rows of the block tables and lengths)
     query_start: torch.Tensor  # [n + 1] int32 row offsets within `rows`
 
 
@@ -87,7 +87,7 @@ def plan_prefill_split(
     length group qualifies (the paged kernel then serves the whole step). Index tensors travel to the
     device in one non-blocking copy."""
     q_lens = np.diff(query_start)
-    fresh = seq_lens == q_lens
+    fresh = seq_lens == q_lens  # the chunk starts at position 0
     lengths, counts = np.unique(q_lens[fresh], return_counts=True)
     work = counts * lengths.astype(np.int64) ** 2
     largest = np.argsort(-work, kind="stable")[:SDPA_MAX_GROUPS]

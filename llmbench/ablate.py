@@ -35,10 +35,13 @@ TOGGLES: dict[str, tuple[Any, Any]] = {
     "chunked_prefill": (False, True),
     "prefix_caching": (False, True),
     "dependent_launch": (False, True),
+    "prefill_attention": ("paged", "sdpa"),
 }
 # dependent_launch only by name: the default ablation is the CPU-overhead story, and on a GPU without it
-# (before Hopper) the variant would repeat the one before. async_scheduling after async_output, which it
-# extends (no wait for step n before step n+1 is launched), so all on overlaps everything
+# (before Hopper) the variant would repeat the one before; prefill_attention only by name too, a kernel
+# choice on trial (`--order prefill_attention`: paged against sdpa). async_scheduling after
+# async_output, which it extends (no wait for step n before step n+1 is launched), so all on overlaps
+# everything
 DEFAULT_ORDER = ["process_split", "async_output", "num_scheduler_steps", "async_scheduling", "cuda_graphs"]
 DEFAULT_ORDER += ["chunked_prefill", "prefix_caching"]
 

@@ -11,7 +11,7 @@ from tests.llmbench.conftest import NULL_RUN
 
 
 def test_order_names_are_checked():
-    by_name = ("dependent_launch",)
+    by_name = ("dependent_launch", "prefill_attention")
     assert parse_order(None) == DEFAULT_ORDER == [name for name in TOGGLES if name not in by_name]
     assert parse_order("cuda_graphs,dependent_launch") == ["cuda_graphs", "dependent_launch"]
     assert parse_order(" async_output, num_scheduler_steps ") == ["async_output", "num_scheduler_steps"]
