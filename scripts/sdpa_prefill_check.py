@@ -7,14 +7,17 @@ Backends: torch picks cuDNN only when it accepts the tensors as the model passes
 contiguous output, v a strided slice of the fused QKV projection, grouped KV heads); a refusal falls
 through to flash silently, so the choice of every call is recorded, with cuDNN's reason when it refused.
 First calls: cuDNN builds an execution plan for each new shape, and a ShareGPT-like load brings new
-prompt lengths all the time. Agreement: as scripts/backend_agreement.py, the same random weights and
-mixed requests, greedy; bf16 rounding differs between the two paths (tests/kernels/test_sdpa_prefill.py
-holds them to the reference on the GPU), so the report gives each request's first divergence."""
+prompt lengths all the time; timed with and without TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1. Agreement: as
+scripts/backend_agreement.py, the same random weights and mixed requests, greedy; bf16 rounding differs
+between the two paths (tests/kernels/test_sdpa_prefill.py holds them to the reference on the GPU), so
+the report gives each request's first divergence."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +32,7 @@ from engine.loader import model_shape
 from llmbench.kernel_cases_sdpa import split_case
 
 BACKEND_NAMES = {int(b): name for name, b in SDPBackend.__members__.items()}
+NEW_LENGTHS = [300, 301, 555, 1024, 1500, 2047]
 STEPS = {
     "one 8192-token prompt": (1, 8192, 0),
     "4 x 2048": (4, 2048, 0),
@@ -62,10 +66,10 @@ def backend_choices() -> dict:
     return result
 
 
-def first_calls(lengths: list[int]) -> list[dict]:
+def first_calls() -> list[dict]:
     """Milliseconds of one prompt's split attention (one layer) at a length not seen before, then again."""
     rows = []
-    for length in lengths:
+    for length in NEW_LENGTHS:
         call = split_case(1, length, torch.bfloat16).make()
         times = []
         for _ in range(2):
@@ -78,12 +82,25 @@ def first_calls(lengths: list[int]) -> list[dict]:
     return rows
 
 
+def first_calls_in_a_child(avoid_recompile: bool) -> list[dict]:
+    """first_calls in a fresh process (torch reads the variable once): TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1
+    has torch (2.9 on) run cuDNN's ragged path for these shapes instead of a plan per shape."""
+    env = {**os.environ, "TORCH_CUDNN_SDPA_AVOID_RECOMPILE": "1" if avoid_recompile else "0"}
+    child = [sys.executable, __file__, "--first-calls", "--out", os.devnull]
+    done = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="llama3-8b")
     parser.add_argument("--num-requests", type=int, default=64)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--first-calls", action="store_true", help=argparse.SUPPRESS)  # the child's part
     args = parser.parse_args()
+    if args.first_calls:
+        print(json.dumps(first_calls()))
+        return
 
     model = ModelConfig(preset=args.preset, device="cuda", dtype="bfloat16")
     # backend_agreement.py's engine, with the Triton backend and decode graphs on both sides
@@ -91,7 +108,7 @@ def main() -> None:
     shared |= dict(cuda_graphs=True, cuda_graph_sizes=[1, 2, 4, 8, 16, 32, 64], attention_backend="triton")
 
     choices = backend_choices()
-    calls = first_calls([300, 301, 555, 1024, 1500, 2047])
+    calls = {f"avoid_recompile={flag}": first_calls_in_a_child(flag) for flag in (False, True)}
     prompts, params = requests(args.num_requests, model_shape(ModelConfig(preset=args.preset)).vocab_size)
     paged = generate(EngineConfig(model=model, **shared), prompts, params)
     sdpa = generate(EngineConfig(model=model, **shared, prefill_attention="sdpa"), prompts, params)
