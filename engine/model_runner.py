@@ -129,7 +129,8 @@ class ModelRunner:
             attn, backends = inputs.attn, nullcontext()
             if self.config.prefill_attention == "sdpa" and not attn.decode_only:
                 split = plan_prefill_split(*self._host_lens(inputs), self.device)
-                attn, backends = replace(attn, prefill_split=split), sdpa_backends()
+                if split is not None:
+                    attn, backends = replace(attn, prefill_split=split), sdpa_backends()
             with backends:
                 hidden = self.model(inputs.input_ids, inputs.positions, attn, self.kv_caches)
             return self.model.compute_logits(hidden[inputs.sample_rows])
