@@ -188,6 +188,10 @@ class InputBuffers:
         # parallel group broadcasts
         self.packed: torch.Tensor | None = None
         self.layout: StepLayout | None = None
+        # the last step's layout and its views: a steady decode keeps its layout for block_size steps,
+        # and building the views costs more than filling them. The buffer under them is replaced only
+        # when a step outgrows it, which a step of the same layout cannot
+        self._views: tuple[StepLayout, tuple[ModelInput, torch.Tensor, torch.Tensor]] | None = None
 
     def _host_buffer(self, capacity: int) -> torch.Tensor:
         return torch.empty(capacity, dtype=torch.int32, pin_memory=self._on_cuda)
@@ -241,7 +245,9 @@ class InputBuffers:
             rows_h[:], cols_h[:] = batch.feed_rows, batch.feed_cols
         self.packed = self._send(starts[-1])
         self.layout = layout
-        inputs, feed_rows, feed_cols = unpack(self.packed, layout)
+        if self._views is None or self._views[0] != layout:
+            self._views = (layout, unpack(self.packed, layout))
+        inputs, feed_rows, feed_cols = self._views[1]
         if num_steps == 1:
             inputs.host_lens = (query_start, seq_lens)
         if num_feed:

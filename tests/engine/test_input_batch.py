@@ -50,6 +50,28 @@ def test_views_are_aligned_and_hold_the_batch(seed):
         ]
 
 
+def decode_batch(num_seqs: int, token: int) -> ScheduledBatch:
+    """num_seqs sequences of 5 tokens (the last one `token + i`) each decoding one."""
+    return ScheduledBatch(
+        [
+            ScheduledSeq(i, [1, 2, 3, 4, token + i], 4, 1, [i, i + 1], SamplingParams(), sample=True)
+            for i in range(num_seqs)
+        ]
+    )
+
+
+def test_a_steady_decode_reuses_its_views_and_a_regrown_buffer_gets_new_ones():
+    buffers = InputBuffers(BLOCK, torch.device("cpu"), capacity=8)
+    first = buffers.prepare(decode_batch(3, 100))
+    again = buffers.prepare(decode_batch(3, 200))  # same layout, same buffer: the same views, new values
+    assert again.input_ids is first.input_ids and again.input_ids.tolist() == [200, 201, 202]
+    buffers.prepare(decode_batch(40, 300))  # past the capacity: the buffer is replaced
+    after = buffers.prepare(decode_batch(3, 400))  # the first layout again, in the new buffer
+    assert after.input_ids is not first.input_ids and after.input_ids.tolist() == [400, 401, 402]
+    assert after.attn.block_tables.tolist() == [[0, 1], [1, 2], [2, 3]]
+    assert after.attn.seq_lens.tolist() == [5, 5, 5]
+
+
 def expected_inputs(batch: ScheduledBatch) -> dict:
     """The step's inputs written out token by token: what the vectorised packing must equal."""
     seqs, steps = batch.seqs, batch.num_steps
