@@ -63,7 +63,6 @@ def test_split_matches_paged_reference(monkeypatch, q_lens, cached):
     torch.testing.assert_close(got, want, atol=FP32_TOL, rtol=FP32_TOL)
 
 
-@pytest.mark.triton_interpreter
 def test_split_with_the_triton_paged_kernel_matches_reference(monkeypatch):
     monkeypatch.setattr(sdpa_prefill, "SDPA_MIN_TOKENS", 1)
     q_lens, cached = MIXED_STEPS[0]
