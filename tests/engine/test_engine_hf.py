@@ -160,6 +160,22 @@ def test_sdpa_prefill_matches_hf_under_preemption(checkpoint, monkeypatch):
     assert tokens == expected
 
 
+@pytest.mark.parametrize("overlap", ["async_output", "async_scheduling"])
+def test_sdpa_prefill_matches_hf_with_overlapped_multi_step(checkpoint, monkeypatch, overlap):
+    """Overlapped steps and 4-step decode windows around SDPA prefills: the split is planned for the
+    step being launched, from its own lengths, while the step before is still in flight."""
+    path, expected = checkpoint
+    monkeypatch.setattr(sdpa_prefill, "SDPA_MIN_TOKENS", 1)
+    calls = count_sdpa_calls(monkeypatch)
+    engine = engine_for(
+        path, block_size=4, max_num_batched_tokens=32, num_scheduler_steps=4, prefill_attention="sdpa",
+        **{overlap: True},
+    )  # fmt: skip
+    tokens, _, _ = run(engine, make_prompts(), GREEDY)
+    assert calls
+    assert tokens == expected
+
+
 @pytest.mark.triton_interpreter
 def test_sdpa_prefill_with_triton_backend_matches_hf(checkpoint, monkeypatch):
     """SDPA beside the Triton paged kernels (interpreted): chunked prompts, decodes, a cached prefix."""
