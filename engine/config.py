@@ -150,6 +150,11 @@ class EngineConfig:
             "tensor_parallel_size",
             f"expected an integer >= 1, got {self.tensor_parallel_size}",
         )
+
+    def check_gpus(self) -> None:
+        """Enough visible GPUs for the ranks. Not part of __post_init__: a run's engine section is read
+        before its model section is attached, and the default model's device (auto) would count GPUs
+        for a CPU run on a GPU host."""
         if self.tensor_parallel_size > 1 and self.model.device != "cpu":
             import torch  # only here: the config is read before anything else needs torch
 

@@ -39,6 +39,7 @@ def make_executor(config: EngineConfig) -> ModelRunner | NullExecutor:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig):
+        config.check_gpus()
         self.config = config
         self.executor = make_executor(config)
         self.block_manager = BlockManager(self.executor.num_blocks, config.block_size, config.prefix_caching)

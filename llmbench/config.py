@@ -198,6 +198,10 @@ class RunConfig:
             )
         # the YAML keeps `model` top-level; the engine receives it inside its own config
         self.engine.model = self.model
+        try:
+            self.engine.check_gpus()
+        except ConfigError as e:
+            raise ConfigError(f"engine.{e.key}", e.message) from None
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain data, in the YAML's shape (no model inside engine)."""

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
@@ -151,3 +152,13 @@ def test_a_shipped_config_resolves_by_name():
 def test_cpu_threads_default_to_one():
     assert parse_config({}).hardware.cpu_threads == 1
     assert parse_config({}, ["hardware.cpu_threads=null"]).hardware.cpu_threads is None
+
+
+def test_tensor_parallel_counts_gpus_only_for_a_run_that_uses_them(monkeypatch):
+    # a host with one GPU: CPU ranks need none, a GPU run of 2 ranks needs two
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    cpu = parse_config({"model": {"preset": "tiny", "device": "cpu"}, "engine": {"tensor_parallel_size": 2}})
+    assert cpu.engine.tensor_parallel_size == 2 and cpu.engine.model.device == "cpu"
+    message = "engine.tensor_parallel_size: 2 ranks need as many GPUs, 1 visible"
+    with pytest.raises(ConfigError, match=message):
+        parse_config({"model": {"preset": "tiny"}, "engine": {"tensor_parallel_size": 2}})
