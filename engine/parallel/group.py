@@ -3,10 +3,12 @@ LocalGroup (one rank) makes each of them a no-op, so the model and runner code i
 size. TPGroup runs them over torch.distributed and times them: their host time is the step's comm_ms
 (gloo on the CPU is synchronous, so that is the real cost; NCCL calls return once enqueued).
 
-Rank 0 sends each step as a small header (the StepLayout, over a gloo group whose wait has no
-practical timeout on a worker, so idle workers can wait there for the next step) and then the packed input
-buffer in one broadcast over the device group. Collectives of a step run with STEP_TIMEOUT_S: a rank
-that hangs or dies turns into a TensorParallelError on rank 0 within it."""
+Rank 0 sends each step in one broadcast over the device group: a buffer of fixed size (every rank
+sizes it from the config, packed_capacity) whose first entries are a header (the StepLayout and
+whether graphs run; a layout of no forwards is the shutdown) followed by the step's packed inputs.
+Workers wait for the next step inside that broadcast. Whether a worker is alive is watched apart from
+the steps (engine/parallel/liveness.py): a rank that hangs or dies is a TensorParallelError on rank 0
+within STEP_TIMEOUT_S."""
 
 from __future__ import annotations
 
@@ -19,21 +21,40 @@ import torch
 import torch.distributed as dist
 
 from engine.nvtx_ranges import nvtx_ranges, phase_range
+from engine.parallel.liveness import Heartbeats
 
 if TYPE_CHECKING:
+    from engine.config import EngineConfig
     from engine.input_batch import StepLayout
     from engine.parallel.launch import WorkerProcesses
 
 STEP_TIMEOUT_S = 8.0
 STOP_WAIT_S = 5.0  # a worker told to exit gets this long before it is killed
 STARTUP_TIMEOUT = timedelta(minutes=10)  # weights load and kernels compile at different speeds per rank
-IDLE_TIMEOUT = timedelta(days=7)  # a worker waits this long for the next step's header
-_SHUTDOWN, _STEP = 0, 1
-_HEADER_LEN = 10  # command, the 7 StepLayout fields, use_graphs, buffer size
+IDLE_TIMEOUT = timedelta(days=7)  # a worker waits this long for the next step
+_HEADER = 8  # the 7 StepLayout fields and use_graphs: 32 bytes, so the packed inputs stay 16-byte aligned
+SPIN_S = 2e-3  # a CUDA worker spins this long for the next step's header, then polls every millisecond
 
 
 class TensorParallelError(RuntimeError):
     """A rank died or stopped answering: the engine cannot go on."""
+
+
+def packed_capacity(config: EngineConfig) -> int:
+    """Entries of the buffer rank 0 broadcasts each step: the header and the largest packed inputs
+    a step of this config can have. Every rank computes it alike, so the broadcast's size is fixed
+    and the header can travel inside it instead of in a broadcast of its own."""
+    from engine.input_batch import StepLayout  # the model imports this module: no import cycle
+    from engine.loader import model_shape, resolve_max_model_len
+
+    max_len = resolve_max_model_len(config.max_model_len, model_shape(config.model))
+    seqs, budget = config.max_num_seqs, config.max_num_batched_tokens
+    # without chunked prefill a lone prompt may exceed the token budget, up to max_model_len
+    tokens = budget if config.chunked_prefill else max(budget, max_len)
+    width = -(-max_len // config.block_size)
+    step = StepLayout(seqs, tokens, 1, width, seqs, seqs, False)
+    window = StepLayout(seqs, seqs, config.num_scheduler_steps, width, seqs, seqs, True)  # decodes only
+    return _HEADER + max(layout.sections()[1][-1] for layout in (step, window))
 
 
 class LocalGroup:
@@ -74,29 +95,55 @@ class TPGroup:
     engine/parallel/worker.py on the others). Rank 0 holds the worker processes: they name the rank
     that died, and are stopped with the group."""
 
-    def __init__(self, rank: int, size: int, device: torch.device, workers: WorkerProcesses | None = None):
+    def __init__(
+        self,
+        rank: int,
+        size: int,
+        device: torch.device,
+        capacity: int,
+        workers: WorkerProcesses | None = None,
+    ):
         self.rank, self.size, self.device = rank, size, device
         self._workers = workers
         self.dead: str | None = None
-        backend = dist.get_backend()
-        # created in the same order on every rank, as new_group requires
-        # a timeout is each process's own: rank 0 gives up on a header after STEP_TIMEOUT_S, while a
-        # worker waits for one as long as the engine idles
-        control_timeout = timedelta(seconds=STEP_TIMEOUT_S) if rank == 0 else IDLE_TIMEOUT
-        self._control = dist.new_group(backend="gloo", timeout=control_timeout)
-        self._step_group = dist.new_group(backend=backend, timeout=timedelta(seconds=STEP_TIMEOUT_S))
+        # created in the same order on every rank, as new_group requires. A timeout is each process's
+        # own: rank 0 gives up on a step after STEP_TIMEOUT_S, a worker waits for one while the engine idles
+        timeout = timedelta(seconds=STEP_TIMEOUT_S) if rank == 0 else IDLE_TIMEOUT
+        control = dist.new_group(backend="gloo", timeout=timeout)
+        self._step_group = dist.new_group(backend=dist.get_backend(), timeout=timeout)
         self._group = dist.group.WORLD  # startup: warm-up and capture under STARTUP_TIMEOUT
+        self.heartbeats = Heartbeats(self, control, workers)
         # startup's forwards (the GPU warm-up, graph capture) run on every rank from the same local
         # batch, so rank 0 sends nothing until start_steps
         self._sending = False
-        self._header = torch.zeros(_HEADER_LEN, dtype=torch.int64)
+        self._buffer = torch.zeros(capacity, dtype=torch.int32, device=device)
+        on_cuda = device.type == "cuda"
+        # rank 0's header is written on the host; on CUDA two pinned ones take turns, each refilled
+        # only once its copy to the device is done
+        self._headers = [torch.zeros(_HEADER, dtype=torch.int32, pin_memory=on_cuda) for _ in range(2)]
+        self._copied = [torch.cuda.Event() for _ in self._headers] if on_cuda else []
+        self._turn = 0
         self._comm_ms = 0.0
         self._range = phase_range(nvtx_ranges(), "comm")
 
     def start_steps(self) -> None:
-        """Startup is over: rank 0 sends each step, whose collectives fail after STEP_TIMEOUT_S."""
+        """Startup is over: rank 0 sends each step, whose collectives fail after STEP_TIMEOUT_S. Each
+        rank gets here once its runner is built, and first waits for the others (under the startup
+        timeout), so that no heartbeat waits for a rank still loading."""
+        self._call(dist.all_reduce, torch.zeros(1, device=self.device), group=self._group)
         self._group = self._step_group
         self._sending = True
+        self.heartbeats.start()
+
+    def fail(self, reason: str) -> None:
+        """A rank is gone (the heartbeat thread found out): every later step fails with the reason."""
+        if self.dead is None:
+            self.dead = reason
+        if self.device.type == "cuda":
+            # NCCL never gives up on a missing peer: aborting the step group ends the collectives rank 0
+            # is waiting for on the device. A gloo collective fails by itself (at once on a dead peer,
+            # after its timeout on a hung one) and an abort would not end it
+            self._step_group.abort()
 
     # collectives of the model (every rank)
 
@@ -129,21 +176,35 @@ class TPGroup:
     # a step's inputs, rank 0 -> the others
 
     def send_step(self, packed: torch.Tensor, layout: StepLayout, use_graphs: bool) -> None:
+        """The step's one broadcast. Its packed inputs already hold the decodes fed from the step in
+        flight (InputBuffers writes them on the device before this), so async scheduling needs no
+        broadcast of its own."""
         if not self._sending:
             return
         if self.dead is None:
             self.dead = self._workers.failure()  # a worker that exited while the engine was idle
         if self.dead is not None:
             raise TensorParallelError(self.dead)
+        size = _HEADER + packed.numel()
+        if size > self._buffer.numel():
+            raise RuntimeError(
+                f"a step's inputs take {size} entries, past packed_capacity {self._buffer.numel()}"
+            )
         start = time.perf_counter()
-        self._header.numpy()[:] = (_STEP, *layout, use_graphs, packed.numel())
+        header = self._next_header()
+        header.numpy()[:] = (*layout, use_graphs)
+        self._buffer[:_HEADER].copy_(header, non_blocking=True)
+        if self._copied:
+            self._copied[self._turn].record()
+        self._buffer[_HEADER:size].copy_(packed, non_blocking=True)
         with self._range:
-            self._call(dist.broadcast, self._header, src=0, group=self._control)
-            self._call(dist.broadcast, packed, src=0, group=self._group)
+            self._call(dist.broadcast, self._buffer, src=0, group=self._group)
         self._comm_ms += (time.perf_counter() - start) * 1e3
 
     def send_tokens(self, tokens: torch.Tensor) -> None:
-        """A window's sampled tokens: the next forward's input ids."""
+        """A window's sampled tokens: the next forward's input ids. A second broadcast within the step,
+        because they exist only once the forward before has run, long after the step's buffer went out
+        (folding them in would take every rank sampling, from all-gathered logits)."""
         if not self._sending:
             return
         start = time.perf_counter()
@@ -151,21 +212,16 @@ class TPGroup:
             self._call(dist.broadcast, tokens.to(torch.int64), src=0, group=self._group)
         self._comm_ms += (time.perf_counter() - start) * 1e3
 
-    def receive_step(
-        self, buffer: Callable[[int], torch.Tensor]
-    ) -> tuple[StepLayout, bool, torch.Tensor] | None:
-        """A worker's side of send_step: the layout, whether graphs run, and the packed buffer (from
-        `buffer(size)`); None when rank 0 shuts the group down."""
-        from engine.input_batch import StepLayout  # the model imports this module: no import cycle
+    def receive_step(self) -> tuple[StepLayout, bool, torch.Tensor] | None:
+        """A worker's side of send_step: the layout, whether graphs run, and the packed inputs (a view
+        of the group's buffer, valid until the next step); None when rank 0 shuts the group down."""
+        from engine.input_batch import StepLayout
 
-        header = self._header
-        dist.broadcast(header, src=0, group=self._control)
-        values = header.tolist()
-        if values[0] == _SHUTDOWN:
+        dist.broadcast(self._buffer, src=0, group=self._group)
+        values = self._read_header()
+        if values[2] == 0:  # no forwards: the shutdown
             return None
-        packed = buffer(values[9])
-        dist.broadcast(packed, src=0, group=self._group)
-        return StepLayout(*values[1:7], bool(values[7])), bool(values[8]), packed
+        return StepLayout(*values[:6], bool(values[6])), bool(values[7]), self._buffer[_HEADER:]
 
     def receive_tokens(self, num_sample: int) -> torch.Tensor:
         tokens = torch.empty(num_sample, dtype=torch.int64, device=self.device)
@@ -178,16 +234,38 @@ class TPGroup:
         return spent
 
     def shutdown(self) -> None:
-        """Rank 0: tell the workers to exit (when they can still hear it)."""
-        if self.rank == 0 and self.dead is None:
-            self._header.zero_()
+        """Rank 0: tell the workers to exit (when they can still hear it). A worker: leave the group."""
+        self.heartbeats.stop()
+        if self.rank == 0 and self._sending and self.dead is None:
+            self._buffer[:_HEADER].zero_()
             try:
-                dist.broadcast(self._header, src=0, group=self._control)
+                dist.broadcast(self._buffer, src=0, group=self._group)
             except RuntimeError:
                 pass  # a worker already gone: stop() kills the rest
         dist.destroy_process_group()
         if self._workers is not None:
             self._workers.stop(wait_s=0.0 if self.dead else STOP_WAIT_S)
+
+    def _next_header(self) -> torch.Tensor:
+        self._turn = (self._turn + 1) % len(self._headers)
+        if self._copied:
+            self._copied[self._turn].synchronize()
+        return self._headers[self._turn]
+
+    def _read_header(self) -> list[int]:
+        header = self._buffer[:_HEADER]
+        if self.device.type != "cuda":
+            return header.tolist()
+        # a plain read would spin a core at 100% for as long as the engine idles; spinning only briefly
+        # keeps a busy engine's next step as quick to start
+        host = header.to("cpu", non_blocking=True)
+        arrived = torch.cuda.Event()
+        arrived.record()
+        deadline = time.perf_counter() + SPIN_S
+        while not arrived.query():
+            if time.perf_counter() > deadline:
+                time.sleep(1e-3)
+        return host.tolist()
 
     def _call(self, collective: Callable, *args, **kwargs) -> None:
         try:
@@ -195,8 +273,9 @@ class TPGroup:
         except RuntimeError as e:
             if self.rank != 0:
                 raise
-            self.dead = (
-                self._workers.failure(wait_s=1.0)
-                or f"tensor-parallel collective failed (a rank hung or died): {e}"
-            )
+            if self.dead is None:
+                self.dead = (
+                    self._workers.failure(wait_s=1.0)
+                    or f"tensor-parallel collective failed (a rank hung or died): {e}"
+                )
             raise TensorParallelError(self.dead) from e

@@ -1,15 +1,16 @@
 """Rank 0's side of a tensor-parallel engine: start one worker process per other rank (a fresh
 interpreter each, `python -m engine.parallel.worker`), join them in torch.distributed (NCCL on CUDA,
-gloo on the CPU) and build this rank's model runner. The worker processes are watched: one that
-exits is named in the engine's error, and every one is gone after shutdown."""
+gloo on the CPU) and build this rank's model runner. The worker processes are watched from the first
+moment: one that exits during startup is an error within POLL_S, not at the end of the startup timeout,
+one that exits later is named in the engine's error, and every one is gone after shutdown."""
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import sys
+import threading
 import time
 
 import torch
@@ -18,9 +19,12 @@ import torch.distributed as dist
 from engine import core_messages as msg
 from engine.config import EngineConfig
 from engine.loader import model_shape, resolve_device
-from engine.parallel.group import STARTUP_TIMEOUT, STOP_WAIT_S, TPGroup
+from engine.parallel.group import STARTUP_TIMEOUT, STOP_WAIT_S, TensorParallelError, TPGroup, packed_capacity
 
 logger = logging.getLogger(__name__)
+
+POLL_S = 0.05  # how often rank 0 looks at the worker processes while it waits for them at startup
+ARRIVED = "arrived"  # the store counter each worker adds one to once its interpreter is up
 
 
 class WorkerProcesses:
@@ -62,43 +66,100 @@ def check_shardable(config: EngineConfig) -> None:
 
 def start_runner(config: EngineConfig):
     """This process's ModelRunner as rank 0 of config.tensor_parallel_size ranks."""
-    from engine.model_runner import ModelRunner
-
     check_shardable(config)
     size = config.tensor_parallel_size
     device = resolve_device(config.model.device)
-    address = f"tcp://127.0.0.1:{_free_port()}"
-    workers = WorkerProcesses([_spawn(config, address, rank) for rank in range(1, size)])
+    if device.type == "cuda":
+        device = torch.device("cuda", 0)
+        torch.cuda.set_device(device)
+        # rank 0's heartbeats are the failure path (engine/parallel/liveness.py): NCCL's watchdog must
+        # not take the engine's process down when they abort a group with a collective in flight
+        os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
+    # rank 0 holds the rendezvous store, so it can watch every worker arrive instead of waiting in the
+    # join for one that will never come
+    store = dist.TCPStore(
+        "127.0.0.1", 0, size, is_master=True, timeout=STARTUP_TIMEOUT, wait_for_workers=False
+    )
+    workers = WorkerProcesses([_spawn(config, store.port, rank) for rank in range(1, size)])
+    built: dict = {}
+    startup = threading.Thread(
+        target=_build, args=(config, device, store, workers, built), name="tp-startup", daemon=True
+    )
     try:
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        if device.type == "cuda":
-            torch.cuda.set_device(0)
-        dist.init_process_group(
-            backend, init_method=address, rank=0, world_size=size, timeout=STARTUP_TIMEOUT
-        )
-        group = TPGroup(0, size, device, workers)
-        runner = ModelRunner(config, group)
+        failure = _wait(lambda: store.add(ARRIVED, 0) < size - 1, workers)
+        if failure is None:
+            startup.start()
+            failure = _wait(startup.is_alive, workers)
+            # a worker gone: rank 0 may be failing at the same point for the same reason
+            startup.join(1.0)
+        error = built.get("error")
+        if error is not None and not isinstance(error, RuntimeError):
+            raise error  # rank 0's own (a user error, which every rank meets alike) says more
+        if error is not None:
+            failure = failure or workers.failure(wait_s=1.0)
+        if failure is not None:
+            raise TensorParallelError(f"{failure} during startup") from error
+        if error is not None:
+            raise error
     except BaseException:
         workers.stop(wait_s=0.0)
+        if device.type == "cuda" and dist.is_initialized():
+            # ends the collectives the startup thread may still wait in for a rank that is gone; on
+            # the CPU they failed as soon as the workers were killed
+            dist.distributed_c10d._abort_process_group()
+        if startup.is_alive():
+            startup.join(STOP_WAIT_S)
         if dist.is_initialized():
             dist.destroy_process_group()
         raise
-    group.start_steps()
-    logger.info("tensor parallel: %d ranks over %s", size, backend)
-    return runner
+    logger.info("tensor parallel: %d ranks over %s", size, dist.get_backend())
+    return built["runner"]
 
 
-def _spawn(config: EngineConfig, address: str, rank: int) -> subprocess.Popen:
+def _wait(waiting, workers: WorkerProcesses) -> str | None:
+    """Until waiting() is false or a worker exits (which one, then)."""
+    while waiting():
+        failure = workers.failure()
+        if failure is not None:
+            return failure
+        time.sleep(POLL_S)
+    return None
+
+
+def _build(
+    config: EngineConfig, device: torch.device, store: dist.Store, workers: WorkerProcesses, built: dict
+):
+    """Join the group and build the runner (in a thread: rank 0 watches the workers meanwhile)."""
+    from engine.model_runner import ModelRunner
+
+    try:
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        size = config.tensor_parallel_size
+        # device_id: NCCL connects the ranks here, while all are known to be up, not at a first
+        # collective that a rank dead since would leave waiting
+        dist.init_process_group(
+            backend,
+            store=store,
+            rank=0,
+            world_size=size,
+            timeout=STARTUP_TIMEOUT,
+            device_id=device if device.type == "cuda" else None,
+        )
+        group = TPGroup(0, size, device, packed_capacity(config), workers)
+        runner = ModelRunner(config, group)
+        group.start_steps()
+        built["runner"] = runner
+    except BaseException as e:
+        built["error"] = e
+
+
+def _spawn(config: EngineConfig, port: int, rank: int) -> subprocess.Popen:
     level = str(logging.getLogger().getEffectiveLevel())
-    command = [sys.executable, "-m", "engine.parallel.worker", address, str(rank)]
+    command = [sys.executable, "-m", "engine.parallel.worker", str(port), str(rank)]
     command += [str(config.tensor_parallel_size), str(os.getpid()), level, str(torch.get_num_threads())]
     process = subprocess.Popen(command, stdin=subprocess.PIPE)
     process.stdin.write(msg.encoder.encode(config))
     process.stdin.close()
     return process
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

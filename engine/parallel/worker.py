@@ -1,8 +1,8 @@
 """A tensor-parallel worker: rank 1..size-1 of the group, a process of its own started by rank 0
 (engine/parallel/launch.py). It holds its shard of the weights and of the KV pool, and runs every
-forward rank 0 runs, from the packed input buffer rank 0 broadcasts each step; it never schedules
-or samples. It exits when rank 0 shuts the group down, when a collective fails, or when its parent
-is gone (checked twice a second from a thread: the main thread waits inside collectives)."""
+forward rank 0 runs, from the buffer rank 0 broadcasts each step; it never schedules or samples. It
+exits when rank 0 shuts the group down, when a collective fails, or when its parent is gone (checked
+twice a second from a thread: the main thread waits inside collectives)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,13 @@ from engine import core_messages as msg
 from engine.input_batch import unpack
 from engine.loader import resolve_device
 from engine.model_runner import ModelRunner
-from engine.parallel.group import STARTUP_TIMEOUT, TPGroup
+from engine.parallel.group import STARTUP_TIMEOUT, TPGroup, packed_capacity
+from engine.parallel.launch import ARRIVED
 
 PARENT_CHECK_S = 0.5
 
 
-def run_worker(address: str, rank: int, size: int, parent_pid: int, log_level: int, threads: int) -> None:
+def run_worker(port: int, rank: int, size: int, parent_pid: int, log_level: int, threads: int) -> None:
     # Ctrl-C reaches the whole process group: rank 0 handles it and shuts the workers down
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=log_level, format=f"tp rank {rank}: %(message)s")
@@ -33,11 +34,20 @@ def run_worker(address: str, rank: int, size: int, parent_pid: int, log_level: i
     torch.set_num_threads(threads)
     config = msg.config_decoder.decode(sys.stdin.buffer.read())
     device = resolve_device(config.model.device)
-    backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
-        torch.cuda.set_device(rank)
-    dist.init_process_group(backend, init_method=address, rank=rank, world_size=size, timeout=STARTUP_TIMEOUT)
-    group = TPGroup(rank, size, device)
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
+    store = dist.TCPStore("127.0.0.1", port, size, is_master=False, timeout=STARTUP_TIMEOUT)
+    store.add(ARRIVED, 1)  # rank 0 joins the group once every worker got this far
+    dist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo",
+        store=store,
+        rank=rank,
+        world_size=size,
+        timeout=STARTUP_TIMEOUT,
+        device_id=device if device.type == "cuda" else None,
+    )
+    group = TPGroup(rank, size, device, packed_capacity(config))
     runner = ModelRunner(config, group)
     group.start_steps()
     serve(runner, group)
@@ -47,15 +57,7 @@ def run_worker(address: str, rank: int, size: int, parent_pid: int, log_level: i
 @torch.inference_mode()
 def serve(runner: ModelRunner, group: TPGroup) -> None:
     """Run each step rank 0 sends until it sends the shutdown."""
-    buffer = torch.empty(0, dtype=torch.int32, device=runner.device)
-
-    def take(size: int) -> torch.Tensor:
-        nonlocal buffer
-        if size > buffer.numel():
-            buffer = torch.empty(max(size, 2 * buffer.numel()), dtype=torch.int32, device=runner.device)
-        return buffer[:size]
-
-    while (step := group.receive_step(take)) is not None:
+    while (step := group.receive_step()) is not None:
         layout, use_graphs, packed = step
         window = inputs = unpack(packed, layout)[0]
         for k in range(layout.num_steps):
@@ -72,6 +74,6 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 if __name__ == "__main__":
-    # started as `python -m engine.parallel.worker ADDRESS RANK SIZE PARENT_PID LOG_LEVEL THREADS`, the
+    # started as `python -m engine.parallel.worker STORE_PORT RANK SIZE PARENT_PID LOG_LEVEL THREADS`, the
     # msgpack-encoded EngineConfig on stdin
-    run_worker(sys.argv[1], *map(int, sys.argv[2:7]))
+    run_worker(*map(int, sys.argv[1:7]))

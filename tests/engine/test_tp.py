@@ -1,7 +1,7 @@
 """Tensor parallelism on the CPU: 2 ranks over gloo, tiny model, float32. Greedy tokens equal one
 rank's (and transformers') with every scheduling toggle on; every rank's process is gone after a
-normal shutdown, a killed or hung worker, and a killed parent. Each 2-rank engine costs seconds to
-start on 2 cores, so each test builds one."""
+normal shutdown, a killed or hung worker, a worker that dies during startup, and a killed parent.
+Each 2-rank engine costs seconds to start on 2 cores, so each test builds one."""
 
 import os
 import signal
@@ -16,7 +16,8 @@ import torch
 from engine.config import ConfigError, EngineConfig, ModelConfig
 from engine.llm_engine import LLMEngine
 from engine.models.llama import PRESETS
-from engine.parallel.group import TensorParallelError
+from engine.parallel import launch
+from engine.parallel.group import STEP_TIMEOUT_S, TensorParallelError, TPGroup
 from engine.parallel.sharding import shard_plan, take_shard
 from engine.request import SamplingParams
 from tests.engine.test_core_process import process_gone
@@ -100,12 +101,13 @@ def test_a_vocabulary_that_does_not_divide_is_padded_on_the_last_rank():
     assert torch.equal(torch.cat(shards)[:10], full) and not shards[3][1:].any()
 
 
-def test_tensor_parallel_size_is_checked_at_construction(monkeypatch):
+def test_tensor_parallel_size_and_the_gpus_it_needs_are_checked(monkeypatch):
     with pytest.raises(ConfigError, match="tensor_parallel_size: expected an integer >= 1, got 0"):
         EngineConfig(model=TINY, tensor_parallel_size=0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    EngineConfig(model=TINY, tensor_parallel_size=2).check_gpus()  # CPU ranks need no GPU
     with pytest.raises(ConfigError, match="tensor_parallel_size: 2 ranks need as many GPUs, 1 visible"):
-        EngineConfig(model=ModelConfig(preset="tiny", device="cuda"), tensor_parallel_size=2)
+        EngineConfig(model=ModelConfig(preset="tiny", device="cuda"), tensor_parallel_size=2).check_gpus()
 
 
 def test_kv_heads_that_do_not_divide_are_an_error_before_any_process_starts(monkeypatch):
@@ -151,6 +153,64 @@ def test_a_hung_worker_is_an_engine_error_and_is_killed_at_shutdown():
     assert "tensor-parallel collective failed (a rank hung or died)" in step_until_error(engine)
     engine.shutdown()
     assert worker.poll() == -signal.SIGKILL
+
+
+@pytest.mark.leaves_work
+def test_a_worker_hung_while_the_engine_idles_fails_the_next_step_at_once():
+    engine = start_and_step()
+    worker = workers_of(engine)[0]
+    os.kill(worker.pid, signal.SIGSTOP)
+    # no step runs: only the heartbeats can find out
+    group, deadline = engine.executor.group, time.monotonic() + 3 * STEP_TIMEOUT_S
+    while group.dead is None:
+        assert time.monotonic() < deadline, "the hung worker went unnoticed"
+        time.sleep(0.1)
+    start = time.monotonic()
+    assert "tensor-parallel collective failed (a rank hung or died)" in step_until_error(engine)
+    assert time.monotonic() - start < STEP_TIMEOUT_S / 2  # not the step's own timeout
+    engine.shutdown()
+    assert worker.poll() == -signal.SIGKILL
+
+
+def worker_children() -> list[int]:
+    """This process's children that are tensor-parallel workers, or exited and not yet reaped."""
+    pids = []
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            pids += [int(p) for p in f.read().split()]
+    found = []
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if state == "Z" or b"engine.parallel.worker" in f.read():
+                found.append(pid)
+    return found
+
+
+def kill_worker_after_joining(*args) -> TPGroup:
+    """Rank 0's group, once formed, then its worker SIGKILLed (as the OOM killer would) while it loads."""
+    group = TPGroup(*args)
+    os.kill(args[-1].processes[0].pid, signal.SIGKILL)
+    return group
+
+
+@pytest.mark.parametrize("cause", ["interpreter", "load"])
+def test_a_worker_that_dies_during_startup_is_an_error_within_seconds(monkeypatch, cause):
+    if cause == "interpreter":
+        # an environment only a fresh interpreter reads: the worker's Python cannot start (exit 1)
+        monkeypatch.setenv("PYTHONHOME", "/nonexistent")
+        expected = "tensor-parallel rank 1 exited with code 1 during startup"
+    else:
+        monkeypatch.setattr(launch, "TPGroup", kill_worker_after_joining)
+        expected = "tensor-parallel rank 1 exited with code -9 during startup"
+    assert worker_children() == []
+    start = time.monotonic()
+    with pytest.raises(TensorParallelError) as error:
+        LLMEngine(EngineConfig(model=TINY, tensor_parallel_size=2))
+    assert time.monotonic() - start < 10
+    assert str(error.value) == expected
+    assert worker_children() == []
 
 
 def test_workers_exit_when_their_parent_is_killed(tmp_path):
