@@ -4,7 +4,7 @@ the plain runner against rank 0 of a torch.distributed group (NCCL on CUDA, gloo
     python scripts/tp_sanity.py --preset llama3-8b --size 1 --out results/h200/tp_sanity.json
 
 `--size 1` runs a one-rank group (no worker process) through every collective of the tensor-parallel
-path: the step header and packed-buffer broadcasts, the all-reduces (inside the CUDA graphs when
+path: the step's one broadcast (its header inside), the all-reduces (inside the CUDA graphs when
 `--cuda-graphs`) and the logits gather; `--size N` needs N GPUs (or runs N CPU ranks) and starts N - 1
 workers. Tokens must equal the plain runner's; the JSON holds both runs' tokens per second, steps and
 mean comm_ms per step."""

@@ -17,7 +17,7 @@ from engine.config import ConfigError, EngineConfig, ModelConfig
 from engine.llm_engine import LLMEngine
 from engine.models.llama import PRESETS
 from engine.parallel import launch
-from engine.parallel.group import STEP_TIMEOUT_S, TensorParallelError, TPGroup
+from engine.parallel.group import STEP_TIMEOUT_S, TensorParallelError, TPGroup, packed_capacity
 from engine.parallel.sharding import shard_plan, take_shard
 from engine.request import SamplingParams
 from tests.engine.test_core_process import process_gone
@@ -124,6 +124,23 @@ def start_and_step(**engine_kwargs) -> LLMEngine:
         engine.add_request(str(i), [1, 2 + i, 3, 4], SamplingParams(max_tokens=200, ignore_eos=True))
     engine.step()
     return engine
+
+
+@pytest.mark.leaves_work
+def test_rank_0_sends_each_step_in_one_broadcast(monkeypatch):
+    engine = start_and_step(num_scheduler_steps=4)
+    sizes = []
+    broadcast = torch.distributed.broadcast
+    monkeypatch.setattr(
+        torch.distributed, "broadcast", lambda t, *a, **k: sizes.append(t.numel()) or broadcast(t, *a, **k)
+    )
+    for _ in range(8):
+        engine.step()
+    engine.shutdown()
+    # a 4-step window: the step's buffer (header inside), then the 3 sequences' tokens of each forward
+    # the later forwards read; the last is the shutdown
+    capacity = packed_capacity(engine.config)
+    assert sizes == [capacity, 3, 3, 3] * 2 + [capacity]
 
 
 def step_until_error(engine: LLMEngine) -> str:
