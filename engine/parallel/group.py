@@ -130,7 +130,7 @@ class TPGroup:
         """Startup is over: rank 0 sends each step, whose collectives fail after STEP_TIMEOUT_S. Each
         rank gets here once its runner is built, and first waits for the others (under the startup
         timeout), so that no heartbeat waits for a rank still loading."""
-        self._call(dist.all_reduce, torch.zeros(1, device=self.device), group=self._group)
+        self.min_int(0)  # the wait: it returns (on the host, also on CUDA) once every rank is here
         self._group = self._step_group
         self._sending = True
         self.heartbeats.start()

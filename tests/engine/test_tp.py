@@ -24,6 +24,11 @@ from tests.engine.test_core_process import process_gone
 from tests.engine.test_engine_hf import GREEDY, checkpoint, engine_for, make_prompts, run  # noqa: F401
 
 TINY = ModelConfig(preset="tiny", device="cpu", dtype="float32")
+# the failure tests also run on 2 GPUs where there are (NCCL), the path the heartbeats exist for
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(torch.cuda.device_count() < 2, reason="2 GPUs")),
+]
 # chunked prefill (24-token budget), prefix caching, 4-step windows and a pool small enough to preempt
 EVERY_TOGGLE = dict(
     block_size=4,
@@ -118,8 +123,9 @@ def test_kv_heads_that_do_not_divide_are_an_error_before_any_process_starts(monk
         LLMEngine(EngineConfig(model=TINY, tensor_parallel_size=3))
 
 
-def start_and_step(**engine_kwargs) -> LLMEngine:
-    engine = LLMEngine(EngineConfig(model=TINY, max_num_seqs=4, tensor_parallel_size=2, **engine_kwargs))
+def start_and_step(device: str = "cpu", **engine_kwargs) -> LLMEngine:
+    model = ModelConfig(preset="tiny", device=device, dtype="float32")
+    engine = LLMEngine(EngineConfig(model=model, max_num_seqs=4, tensor_parallel_size=2, **engine_kwargs))
     for i in range(3):
         engine.add_request(str(i), [1, 2 + i, 3, 4], SamplingParams(max_tokens=200, ignore_eos=True))
     engine.step()
@@ -151,8 +157,9 @@ def step_until_error(engine: LLMEngine) -> str:
 
 
 @pytest.mark.leaves_work
-def test_a_killed_worker_is_an_engine_error_naming_it_and_leaves_no_process():
-    engine = start_and_step()
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_killed_worker_is_an_engine_error_naming_it_and_leaves_no_process(device):
+    engine = start_and_step(device)
     worker = workers_of(engine)[0]
     os.kill(worker.pid, signal.SIGKILL)
     assert step_until_error(engine) == "tensor-parallel rank 1 exited with code -9"
@@ -163,8 +170,9 @@ def test_a_killed_worker_is_an_engine_error_naming_it_and_leaves_no_process():
 
 
 @pytest.mark.leaves_work
-def test_a_hung_worker_is_an_engine_error_and_is_killed_at_shutdown():
-    engine = start_and_step()
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_hung_worker_is_an_engine_error_and_is_killed_at_shutdown(device):
+    engine = start_and_step(device)
     worker = workers_of(engine)[0]
     os.kill(worker.pid, signal.SIGSTOP)
     assert "tensor-parallel collective failed (a rank hung or died)" in step_until_error(engine)
@@ -173,8 +181,9 @@ def test_a_hung_worker_is_an_engine_error_and_is_killed_at_shutdown():
 
 
 @pytest.mark.leaves_work
-def test_a_worker_hung_while_the_engine_idles_fails_the_next_step_at_once():
-    engine = start_and_step()
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_worker_hung_while_the_engine_idles_fails_the_next_step_at_once(device):
+    engine = start_and_step(device)
     worker = workers_of(engine)[0]
     os.kill(worker.pid, signal.SIGSTOP)
     # no step runs: only the heartbeats can find out
@@ -212,8 +221,9 @@ def kill_worker_after_joining(*args) -> TPGroup:
     return group
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("cause", ["interpreter", "load"])
-def test_a_worker_that_dies_during_startup_is_an_error_within_seconds(monkeypatch, cause):
+def test_a_worker_that_dies_during_startup_is_an_error_within_seconds(monkeypatch, cause, device):
     if cause == "interpreter":
         # an environment only a fresh interpreter reads: the worker's Python cannot start (exit 1)
         monkeypatch.setenv("PYTHONHOME", "/nonexistent")
@@ -224,7 +234,7 @@ def test_a_worker_that_dies_during_startup_is_an_error_within_seconds(monkeypatc
     assert worker_children() == []
     start = time.monotonic()
     with pytest.raises(TensorParallelError) as error:
-        LLMEngine(EngineConfig(model=TINY, tensor_parallel_size=2))
+        LLMEngine(EngineConfig(model=ModelConfig(preset="tiny", device=device), tensor_parallel_size=2))
     assert time.monotonic() - start < 10
     assert str(error.value) == expected
     assert worker_children() == []
