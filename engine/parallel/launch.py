@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -116,7 +117,7 @@ def start_runner(config: EngineConfig):
     return built["runner"]
 
 
-def _wait(waiting, workers: WorkerProcesses) -> str | None:
+def _wait(waiting: Callable[[], bool], workers: WorkerProcesses) -> str | None:
     """Until waiting() is false or a worker exits (which one, then)."""
     while waiting():
         failure = workers.failure()
