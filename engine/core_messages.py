@@ -12,7 +12,7 @@ from __future__ import annotations
 import msgspec
 
 from engine.config import EngineConfig
-from engine.models.llama import LlamaShape
+from engine.models.shape import LlamaShape
 from engine.request import RequestOutput, SamplingParams
 from engine.timing import StepRecord
 

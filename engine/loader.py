@@ -14,7 +14,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from engine.config import ModelConfig
-from engine.models.llama import PRESETS, Group, LlamaForCausalLM, LlamaShape, rope_cos_sin_cache
+from engine.models.llama import Group, LlamaForCausalLM, rope_cos_sin_cache
+from engine.models.shape import PRESETS, LlamaShape
 from engine.parallel.group import LOCAL
 from engine.parallel.sharding import pad_to, part_range, shard_plan, take_shard
 from kernels import reference

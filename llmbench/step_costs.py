@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.config import ModelConfig
 from engine.loader import model_shape
-from engine.models.llama import LlamaShape
+from engine.models.shape import LlamaShape
 
 DEFAULT_PEAK_BANDWIDTH = 4.2e12  # bytes/s, H200 default (HBM3e, measured-copy scale)
 DEFAULT_PEAK_FLOPS = 7.84e14  # FLOP/s, H200 default (dense bf16)

@@ -18,7 +18,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from engine.config import ModelConfig
-from engine.models.llama import PRESETS, LlamaShape
+from engine.models.shape import PRESETS, LlamaShape
 from engine.serving.detokenizer import IncrementalDetokenizer
 from engine.serving.tokenizer import TextTokenizer, load_tokenizer
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from h200_decode import L2_FLUSH_BYTES, rel_err, timed_per_weight
 
-from engine.models.llama import PRESETS
+from engine.models.shape import PRESETS
 from kernels import pdl, triton_ops
 from kernels.gemv import gemv, launch_config
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.models.llama import LlamaShape
+from engine.models.shape import LlamaShape
 
 
 def shard_plan(name: str, shape: LlamaShape) -> tuple[int, list[int]] | None:

@@ -13,7 +13,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
 from engine.config import ModelConfig
-from engine.models.llama import LlamaShape
+from engine.models.shape import LlamaShape
 from engine.serving.synthetic_bpe import synthetic_tokenizer
 
 FALLBACK_CHAT_TEMPLATE = (

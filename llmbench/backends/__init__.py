@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from engine.request import RequestOutput, SamplingParams
 
 if TYPE_CHECKING:
-    from engine.models.llama import LlamaShape
+    from engine.models.shape import LlamaShape
     from llmbench.config import RunConfig
 
 

@@ -17,7 +17,7 @@ from collections import Counter, deque
 import torch
 
 from engine.loader import hf_tensor_names, load_model
-from engine.models.llama import LlamaShape
+from engine.models.shape import LlamaShape
 from engine.request import FinishReason, RequestOutput, SamplingParams
 from llmbench.backends import ModelInfo
 from llmbench.config import RunConfig

@@ -5,7 +5,7 @@ import pytest
 from engine.check import assert_engine_empty
 from engine.config import EngineConfig, ModelConfig
 from engine.llm_engine import LLMEngine
-from engine.models.llama import PRESETS
+from engine.models.shape import PRESETS
 from engine.null_executor import NullExecutor
 from engine.request import FinishReason, RequestOutput, SamplingParams
 from engine.timing import StepRecord

@@ -8,7 +8,7 @@ from safetensors.torch import load_file, save_file
 
 from engine.config import ModelConfig
 from engine.loader import load_model, model_shape
-from engine.models.llama import PRESETS
+from engine.models.shape import PRESETS
 from tests.engine.test_model_hf import VARIANTS, PagedRun, hf_logits, hf_model, prompts
 
 

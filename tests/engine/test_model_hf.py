@@ -10,7 +10,8 @@ import transformers
 from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.input_batch import prepare_inputs
 from engine.loader import hf_tensor_names
-from engine.models.llama import LlamaForCausalLM, LlamaShape, rope_cos_sin_cache
+from engine.models.llama import LlamaForCausalLM, rope_cos_sin_cache
+from engine.models.shape import LlamaShape
 from engine.request import SamplingParams
 
 TINY = dict(

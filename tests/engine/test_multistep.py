@@ -9,7 +9,7 @@ import torch
 from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.config import EngineConfig, ModelConfig
 from engine.llm_engine import LLMEngine
-from engine.models.llama import PRESETS
+from engine.models.shape import PRESETS
 from engine.null_executor import NullExecutor
 from engine.request import FinishReason, RequestOutput, SamplingParams
 

@@ -15,7 +15,7 @@ import torch
 
 from engine.config import ConfigError, EngineConfig, ModelConfig
 from engine.llm_engine import LLMEngine
-from engine.models.llama import PRESETS
+from engine.models.shape import PRESETS
 from engine.parallel import launch
 from engine.parallel.group import STEP_TIMEOUT_S, TensorParallelError, TPGroup, packed_capacity
 from engine.parallel.sharding import shard_plan, take_shard

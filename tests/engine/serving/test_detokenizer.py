@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, normalizers
 
 from engine.config import ModelConfig
-from engine.models.llama import PRESETS, LlamaShape
+from engine.models.shape import PRESETS, LlamaShape
 from engine.serving import synthetic_bpe
 from engine.serving.detokenizer import IncrementalDetokenizer
 from engine.serving.tokenizer import TextTokenizer, load_tokenizer

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from engine.models.llama import PRESETS
+from engine.models.shape import PRESETS
 from engine.request import FinishReason, RequestOutput, SamplingParams
 from engine.serving.engine_loop import EngineDeadError
 from engine.serving.generation import Generation
