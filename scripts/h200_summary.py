@@ -6,7 +6,9 @@ hand). A file that is missing leaves its targets "not measured" (met: null) rath
 
 The files come from bash scripts/h200_measure.sh (decode_bs1, throughput_bundled/_hf, agreement, kernels
 via llmbench kernels), bash scripts/h200_ablate_profile.sh (ablation, profile_all_off/_on), bash
-scripts/h200_serving.sh (serving) and bash scripts/h200_sampling_drain.sh (sampling_drain)."""
+scripts/h200_serving.sh (serving), bash scripts/h200_sampling_drain.sh (sampling_drain), and the
+commands recorded in the others (cpu_overhead, overlap_latency, the ablations); throughput_bound.json is
+the summary.json of `llmbench run configs/llama3-8b-throughput.yaml --repeat 3`."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from h200_files import Files, ratio, target, throughput, variant
 
 from llmbench.step_stats import step_value
 
@@ -23,51 +27,13 @@ ROOFLINE_TARGET = 0.85  # bs1 decode's share of the copy-bandwidth roofline
 ABLATION_TARGET = 2.0  # all on / all off output throughput on the decode-heavy load
 GPU_BUSY_TARGET = 0.95  # all on, GPU busy by step spans
 SERVING_TARGET = 0.95  # through HTTP with the process split on, over the in-process output throughput
-
-
-class Files:
-    """The result directory's JSON files, read once; the names asked for and missing are kept."""
-
-    def __init__(self, directory: Path):
-        self.directory = directory
-        self.missing: list[str] = []
-
-    def get(self, name: str) -> dict[str, Any] | None:
-        path = self.directory / name
-        try:
-            return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            if name not in self.missing:
-                self.missing.append(name)
-            return None
-
-
-def target(name: str, value: float | None, goal: float, files: list[str], unit: str = "") -> dict[str, Any]:
-    """`value >= goal`; not measured (met null) when the value is unknown."""
-    met = None if value is None else bool(value >= goal)
-    status = "not measured" if met is None else ("met" if met else "missed")
-    return {
-        "name": name,
-        "value": value,
-        "target": goal,
-        "unit": unit,
-        "met": met,
-        "status": status,
-        "files": files,
-    }
-
-
-def _throughput(summary: dict[str, Any] | None) -> float | None:
-    return ((summary or {}).get("metrics") or {}).get("output_throughput")
-
-
-def _variant(ablation: dict[str, Any] | None, name: str) -> dict[str, Any]:
-    variants = (ablation or {}).get("variants") or []
-    return next((v for v in variants if v.get("name") == name), {})
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
+# engine CPU overhead, 256 decoding sequences, single step, graphs on (cpu_overhead.json): at most
+PREPARE_TARGET_MS, HOST_TARGET_MS = 0.5, 1.0
+ALL_OFF_BUSY_TARGET = 0.93  # GPU busy with every overlap optimization off (the cpu-overhead preset)
+ITL_OVER_TPOT_TARGET = 1.10  # streamed 8-step windows: median ITL over median TPOT, at most
+STREAMED_TARGET = 0.98  # streamed over bursty 8-step windows, output throughput
+BOUND_TARGET = 0.80  # the throughput workload's output throughput over its roofline bound
+PREFILL_TFLOPS_TARGET = 590.0  # prefill attention, B=1 new=8192: 0.75 of the 784 TFLOP/s GEMM peak
 
 
 def decode_targets(files: Files) -> list[dict[str, Any]]:
@@ -84,12 +50,12 @@ def decode_targets(files: Files) -> list[dict[str, Any]]:
 
 def throughput_targets(files: Files) -> list[dict[str, Any]]:
     bundled, hf = (
-        _throughput(files.get("throughput_bundled.json")),
-        _throughput(files.get("throughput_hf.json")),
+        throughput(files.get("throughput_bundled.json")),
+        throughput(files.get("throughput_hf.json")),
     )
     row = target(
         "throughput workload: bundled / HF generate output tok/s",
-        _ratio(bundled, hf),
+        ratio(bundled, hf),
         THROUGHPUT_TARGET,
         ["throughput_bundled.json", "throughput_hf.json"],
         "x",
@@ -101,12 +67,12 @@ def ablation_targets(files: Files) -> list[dict[str, Any]]:
     rows = []
     for name in ("ablation.json", "ablation_slower_host.json"):
         ablation = files.get(name)
-        off, on = _variant(ablation, "all off"), _variant(ablation, "all on")
-        off_tps, on_tps = _throughput(off), _throughput(on)
+        off, on = variant(ablation, "all off"), variant(ablation, "all on")
+        off_tps, on_tps = throughput(off), throughput(on)
         label = "decode-heavy load: all on / all off" + (" (slower host)" if "slower" in name else "")
-        row = target(label, _ratio(on_tps, off_tps), ABLATION_TARGET, [name], "x")
+        row = target(label, ratio(on_tps, off_tps), ABLATION_TARGET, [name], "x")
         rows.append({**row, "all_off_output_tok_s": off_tps, "all_on_output_tok_s": on_tps})
-    steps = _variant(files.get("ablation.json"), "all on").get("steps") or {}
+    steps = variant(files.get("ablation.json"), "all on").get("steps") or {}
     busy = step_value(steps, "gpu_busy_step_spans")
     rows.append(target("GPU busy (step spans), all on", busy, GPU_BUSY_TARGET, ["ablation.json"]))
     return rows
@@ -119,12 +85,12 @@ def serving_targets(files: Files) -> list[dict[str, Any]]:
     split_on = (variants.get("HTTP, split on") or {}).get("output_throughput")
     row = target(
         "decode-heavy load through HTTP, split on / in-process",
-        _ratio(split_on, in_process),
+        ratio(split_on, in_process),
         SERVING_TARGET,
         ["serving.json"],
         "x",
     )
-    return [{**row, "in_process_output_tok_s": in_process, "split_gain": _ratio(split_on, split_off)}]
+    return [{**row, "in_process_output_tok_s": in_process, "split_gain": ratio(split_on, split_off)}]
 
 
 def kernel_targets(files: Files) -> list[dict[str, Any]]:
@@ -140,6 +106,94 @@ def kernel_targets(files: Files) -> list[dict[str, Any]]:
         )
         for k in kernels["kernels"]
         if k.get("target") is not None
+    ]
+
+
+def cpu_overhead_targets(files: Files) -> list[dict[str, Any]]:
+    rows = (files.get("cpu_overhead.json") or {}).get("rows") or []
+    single = next((r for r in rows if r.get("num_scheduler_steps") == 1), {})
+    name = "256 decoding sequences, single step, graphs on"
+    all_off = variant(files.get("ablation-cpu-overhead.json"), "all off").get("steps") or {}
+    busy = step_value(all_off, "gpu_busy_step_spans")
+    return [
+        target(
+            f"{name}: prepare ms",
+            single.get("prepare_ms"),
+            PREPARE_TARGET_MS,
+            ["cpu_overhead.json"],
+            "ms",
+            at_most=True,
+        ),
+        target(
+            f"{name}: host ms a step",
+            single.get("host_ms_per_step"),
+            HOST_TARGET_MS,
+            ["cpu_overhead.json"],
+            "ms",
+            at_most=True,
+        ),
+        target(
+            "GPU busy (step spans), every overlap optimization off",
+            busy,
+            ALL_OFF_BUSY_TARGET,
+            ["ablation-cpu-overhead.json"],
+        ),
+    ]
+
+
+def overlap_targets(files: Files) -> list[dict[str, Any]]:
+    rows = (files.get("overlap_latency.json") or {}).get("rows") or []
+    found = []
+    for batch in (1, 256):
+        streamed, bursty = (
+            next((r for r in rows if r["mode"] == mode and r["batch"] == batch), {})
+            for mode in ("streamed N=8", "bursty N=8")
+        )
+        found.append(
+            target(
+                f"streamed N=8, batch {batch}: median ITL / median TPOT",
+                streamed.get("itl_over_tpot"),
+                ITL_OVER_TPOT_TARGET,
+                ["overlap_latency.json"],
+                "x",
+                at_most=True,
+            )
+        )
+        found.append(
+            target(
+                f"streamed / bursty N=8, batch {batch}: output tok/s",
+                ratio(streamed.get("output_throughput"), bursty.get("output_throughput")),
+                STREAMED_TARGET,
+                ["overlap_latency.json"],
+                "x",
+            )
+        )
+    return found
+
+
+def efficiency_targets(files: Files) -> list[dict[str, Any]]:
+    steps = (files.get("throughput_bound.json") or {}).get("steps") or {}
+    kernels = (files.get("kernels.json") or {}).get("kernels") or []
+    ours = [  # the paged kernel, or the split that sends a prompt's own K/V to SDPA
+        k["achieved"]
+        for k in kernels
+        if k["shape"] == "B=1 new=8192 cached=0" and k["kernel"].startswith(("paged_prefill", "prefill_att"))
+    ]
+    return [
+        target(
+            "throughput workload / its roofline bound",
+            steps.get("throughput_of_bound"),
+            BOUND_TARGET,
+            ["throughput_bound.json"],
+            "x",
+        ),
+        target(
+            "prefill attention B=1 new=8192, our best op",
+            max(ours, default=None),
+            PREFILL_TFLOPS_TARGET,
+            ["kernels.json"],
+            "TFLOP/s",
+        ),
     ]
 
 
@@ -165,7 +219,14 @@ def reported(files: Files) -> list[dict[str, Any]]:
         ),
         ("decode-heavy load, temperature 0.8 + top-p 0.95 / greedy", "current-t0.8-p0.95", "current-greedy"),
     ):
-        rows.append({"name": name, "value": _ratio(tok_s(a), tok_s(b)), "files": ["sampling_drain.json"]})
+        rows.append({"name": name, "value": ratio(tok_s(a), tok_s(b)), "files": ["sampling_drain.json"]})
+    for name, label in (
+        ("ablation-cpu-overhead.json", "cpu-overhead preset: all on / all off"),
+        ("ablation-prefill-attention.json", "throughput workload: prefill_attention sdpa / paged"),
+    ):
+        ablation = files.get(name)
+        on, off = throughput(variant(ablation, "all on")), throughput(variant(ablation, "all off"))
+        rows.append({"name": label, "value": ratio(on, off), "files": [name]})
     agreement = files.get("agreement.json")
     rows.append(
         {
@@ -188,6 +249,9 @@ def main() -> None:
         + ablation_targets(files)
         + serving_targets(files)
         + kernel_targets(files)
+        + cpu_overhead_targets(files)
+        + overlap_targets(files)
+        + efficiency_targets(files)
     )
     summary = {
         "command": f"python scripts/h200_summary.py {out}",
@@ -199,7 +263,7 @@ def main() -> None:
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     for row in targets + summary["reported"]:
         value = "-" if row["value"] is None else f"{row['value']:,.3f}".rstrip("0").rstrip(".")
-        goal = f">= {row['target']:g}" if "target" in row else ""
+        goal = f"{'<=' if row.get('at_most') else '>='} {row['target']:g}" if "target" in row else ""
         print(f"{row['name']:<62} {value:>10} {goal:>9} {row.get('status', '')}")
     if files.missing:
         print("not measured (file missing): " + ", ".join(files.missing))

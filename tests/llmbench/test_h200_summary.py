@@ -23,6 +23,8 @@ def test_targets_come_from_the_files_with_met_flags(tmp_path):
         {"name": "all on", "metrics": {"output_throughput": 19000.0}, "steps": {"gpu_busy_step_spans": 0.97}},
     ]
     (tmp_path / "ablation.json").write_text(json.dumps({"variants": variants}))
+    rows = [{"num_scheduler_steps": 1, "prepare_ms": 0.4, "host_ms_per_step": 1.2}]
+    (tmp_path / "cpu_overhead.json").write_text(json.dumps({"rows": rows}))
     summary = summarize(tmp_path)
     targets = {t["name"]: t for t in summary["targets"]}
     throughput = targets["throughput workload: bundled / HF generate output tok/s"]
@@ -30,6 +32,11 @@ def test_targets_come_from_the_files_with_met_flags(tmp_path):
     ablation = targets["decode-heavy load: all on / all off"]
     assert ablation["value"] == 1.9 and ablation["met"] is False and ablation["status"] == "missed"
     assert targets["GPU busy (step spans), all on"]["met"] is True
+    # host costs are targets from above
+    name = "256 decoding sequences, single step, graphs on"
+    assert (
+        targets[f"{name}: prepare ms"]["met"] is True and targets[f"{name}: host ms a step"]["met"] is False
+    )
     # what was not measured says so, with its file
     decode = targets["bs1 decode"]
     assert (
