@@ -7,7 +7,9 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import shlex
 import subprocess
+import sys
 import time
 from importlib import metadata
 from pathlib import Path
@@ -36,7 +38,17 @@ def collect_environment() -> dict[str, Any]:
         "gpu": props.name if props else None,
         "gpu_memory_gb": round(props.total_memory / 2**30, 1) if props else None,
         "cuda": torch.version.cuda if cuda else None,
+        "command": _command(),
     }
+
+
+def _command() -> str:
+    """This process's command line, so that a result file names what made it (`python -m llmbench` as
+    typed rather than the path of its __main__.py)."""
+    program = Path(sys.argv[0]).name
+    if program == "__main__.py":
+        program = "python -m llmbench"
+    return " ".join([program, shlex.join(sys.argv[1:])]).strip()
 
 
 def apply_cpu_threads(threads: int | None) -> None:

@@ -161,7 +161,9 @@ def test_python_dash_m_runs_the_cli():
     command = [sys.executable, "-m", "llmbench", "env"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
-    assert json.loads(result.stdout)["python"].count(".") == 2
+    environment = json.loads(result.stdout)
+    # what summary.json records as the command that made a run
+    assert environment["python"].count(".") == 2 and environment["command"] == "python -m llmbench env"
 
 
 def test_ctrl_c_counts_requests_without_a_token_as_not_started(tmp_path):
