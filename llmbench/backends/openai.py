@@ -1,10 +1,13 @@
 """`backend.type: openai`: the workload streamed to any OpenAI-compatible server over HTTP.
 
-An asyncio loop in a thread of its own runs one httpx stream per request; the runner's thread submits
-into it and poll() hands over what arrived. Each chunk is stamped when the client reads it, and the
-runner records that time, not its poll's; openai_stream.py reads the chunks. A request that cannot
-connect, gets an HTTP error or a malformed chunk, or whose stream stalls past workload.request_timeout_s
-fails alone with its reason; the run goes on."""
+An asyncio loop in a thread of its own runs one aiohttp stream per request, the client library vLLM's
+and AIPerf's benchmarks use: with httpx, 256 streams opened at once reached the server only after
+hundreds of milliseconds of the client's own work, and a benchmark's client must cost less than the
+server it measures. The runner's thread submits into the loop and poll() hands over what arrived.
+Each chunk is stamped when the client reads it, and the runner records that time, not its poll's;
+openai_stream.py reads the chunks. A request that cannot connect, gets an HTTP error or a malformed
+chunk, or whose stream stalls past workload.request_timeout_s fails alone with its reason; the run goes
+on."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 POLL_WAIT_S = 0.001  # poll() waits this long for a chunk: short, so a due submit is never held back
 OPEN_FILES = 65536  # the soft limit raised to this (or the hard limit) for one socket per stream
+READ_BUFFER = 1 << 20  # bytes: an SSE line may be this long (aiohttp's default, 64 KiB, fails longer)
 
 
 class OpenAIBackend:
@@ -38,9 +42,7 @@ class OpenAIBackend:
     def connect(self, config: RunConfig, url: str, token_ids: bool = False) -> None:
         """Talk to the server at base URL `url` (ending in /v1) with the run's backend settings;
         `token_ids`: ask for each chunk's token ids (`return_token_ids`, which ours and recent vLLM take)."""
-        import httpx
-
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request would flood the console
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # the model-card probe's request line
         backend = config.backend
         self._token_ids = token_ids
         self._url = url.rstrip("/")
@@ -60,8 +62,7 @@ class OpenAIBackend:
         self._text = PromptText(config) if backend.prompt_format == "text" else None
         timeout = config.workload.request_timeout_s
         self._stall_s = timeout
-        # read=None: a stream may stay silent as long as the runner's own timeout lets it
-        self._timeout = httpx.Timeout(connect=timeout or 30.0, read=timeout, write=timeout, pool=None)
+        self._connect_s = timeout or 30.0
         self._outputs: queue.SimpleQueue[RequestOutput] = queue.SimpleQueue()
         self._live: set[str] = set()  # submitted, neither finished nor aborted (the runner's thread)
         self._tasks: dict[str, asyncio.Task] = {}  # the loop thread's
@@ -154,18 +155,24 @@ class OpenAIBackend:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     async def _open_client(self):
-        import httpx
+        import aiohttp
 
-        # as many connections as streams: the workload's concurrency is the client's, not a pool's
+        # as many connections as streams (limit 0): the workload's concurrency is the client's, not a
+        # pool's; sock_read None lets a stream stay silent as long as the runner's own timeout lets it
         _raise_open_file_limit()
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        return httpx.AsyncClient(headers=self._headers, timeout=self._timeout, limits=limits)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._connect_s, sock_read=self._stall_s)
+        return aiohttp.ClientSession(
+            headers=self._headers,
+            timeout=timeout,
+            connector=aiohttp.TCPConnector(limit=0),
+            read_bufsize=READ_BUFFER,
+        )
 
     async def _shutdown(self) -> None:
         for task in list(self._tasks.values()):
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-        await self._client.aclose()
+        await self._client.close()
 
     def _start_stream(self, request_id: str, body: dict) -> None:
         self._tasks[request_id] = self._loop.create_task(self._stream(request_id, body))
@@ -176,17 +183,18 @@ class OpenAIBackend:
             task.cancel()
 
     async def _stream(self, request_id: str, body: dict) -> None:
-        import httpx
+        import aiohttp
 
         stream = StreamReader(request_id, self._chat)
         path = "/chat/completions" if self._chat else "/completions"
         try:
-            async with self._client.stream("POST", self._url + path, json=body) as response:
-                if response.status_code >= 400:
-                    detail = (await response.aread()).decode(errors="replace")
-                    raise RequestFailed(f"HTTP {response.status_code}: {error_message(detail)}")
-                async for line in response.aiter_lines():
+            async with self._client.post(self._url + path, json=body) as response:
+                if response.status >= 400:
+                    detail = (await response.read()).decode(errors="replace")
+                    raise RequestFailed(f"HTTP {response.status}: {error_message(detail)}")
+                async for raw in response.content:  # one SSE line at a time
                     now = time.perf_counter()
+                    line = raw.decode()
                     if not line.startswith("data:"):
                         continue  # SSE comments, event names, the blank line between events
                     data = line[5:].strip()
@@ -197,11 +205,11 @@ class OpenAIBackend:
             self._outputs.put(stream.finished(self._wall_offset))
         except RequestFailed as e:
             self._fail(request_id, str(e))
-        except httpx.ConnectTimeout:
-            self._fail(request_id, f"connection error: not connected within {self._timeout.connect:g} s")
-        except httpx.TimeoutException:  # read or write: only set with a request timeout
+        except aiohttp.ConnectionTimeoutError:
+            self._fail(request_id, f"connection error: not connected within {self._connect_s:g} s")
+        except aiohttp.SocketTimeoutError:  # only set with a request timeout
             self._fail(request_id, f"stream stalled: no data within request_timeout_s={self._stall_s:g}")
-        except httpx.HTTPError as e:
+        except aiohttp.ClientError as e:
             self._fail(request_id, f"connection error: {type(e).__name__}: {e}")
         except Exception as e:  # a request that fails unseen would keep the run waiting for it forever
             logger.exception("request %s", request_id)

@@ -87,7 +87,7 @@ def test_each_fault_fails_its_request_alone_with_its_reason():
     assert errors[0] == "HTTP 500: injected failure"
     assert errors[1] == "HTTP 400: injected failure"
     assert errors[2].startswith("malformed chunk (JSONDecodeError")
-    assert errors[3].startswith("connection error: RemoteProtocolError")
+    assert errors[3].startswith("connection error: ClientPayloadError")
     assert errors[4] == "stream stalled: no data within request_timeout_s=0.5"
     assert errors[5] == "server error: engine core died"
     assert errors[6] == "the stream ended without a finish_reason"
@@ -107,7 +107,7 @@ def test_connection_refused_fails_each_request():
     finally:
         backend.close()
     for out in outputs.values():
-        assert out[-1].finished and out[-1].error.startswith("connection error: ConnectError")
+        assert out[-1].finished and out[-1].error.startswith("connection error: ClientConnectorError")
 
 
 def test_abort_closes_the_stream_and_drops_its_chunks():
