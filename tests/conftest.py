@@ -10,6 +10,12 @@ from packaging.version import Version
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# pytest-xdist workers share the cores: torch's default, a thread per core in every worker, oversubscribes
+# them (on the 16-core GPU host the suite missed a 9-minute limit so; one thread each ran it in 84 s)
+if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = "1"  # for the processes a test starts, too
+    torch.set_num_threads(1)
+
 
 @pytest.fixture(autouse=True)
 def _keep_cpu_threads():
