@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -123,3 +124,34 @@ def write_ablation(path: Path, throughputs: dict[str, float]) -> None:
         toggles = {toggle: enabled.get(toggle, False) for toggle in order}
         variants.append({"name": name, "toggles": toggles, "metrics": {"output_throughput": throughput}})
     (path / "ablation.json").write_text(json.dumps({"order": order, "variants": variants}))
+
+
+def visible(html: str) -> str:
+    """The page without its scripts and chart data: what the reader sees as text."""
+    return re.sub(r"<script.*?</script>", "", html, flags=re.S)
+
+
+def chart_specs(html: str) -> list[dict]:
+    return [
+        json.loads(s)
+        for s in re.findall(r'<script type="application/json" class="chart-spec"[^>]*>(.*?)</script>', html)
+    ]
+
+
+def study_dir(root: Path, kind: str, labels: list[str]) -> Path:
+    """An ablation or sweep directory as the CLI writes it: one run directory per variant or rate."""
+    root.mkdir()
+    entries = []
+    for i, label in enumerate(labels):
+        run_dir = make_run_dir(root / f"{i:02d}-{label}", name="study", seed=i, slowdown=1 + i / 4)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        entry = {"run_dir": run_dir.name, "metrics": summary["metrics"], "steps": summary["steps"]}
+        if kind == "ablation":
+            entry.update(name=label, toggles={"chunked_prefill": i > 0, "prefix_caching": i > 1})
+        else:
+            entry.update(rate=float(label), label=label)
+        entries.append(entry)
+    (root / "summary.json").write_text((root / entries[-1]["run_dir"] / "summary.json").read_text())
+    key = "variants" if kind == "ablation" else "points"
+    (root / f"{kind}.json").write_text(json.dumps({"command": f"llmbench {kind}", key: entries}))
+    return root

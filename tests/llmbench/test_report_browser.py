@@ -11,8 +11,7 @@ import matplotlib.image
 import pytest
 
 from llmbench.report import write_report
-from tests.llmbench.run_dirs import make_run_dir, write_ablation
-from tests.llmbench.test_report import study_dir
+from tests.llmbench.run_dirs import make_run_dir, study_dir, write_ablation
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 IN_CI = os.environ.get("CI") == "true"
