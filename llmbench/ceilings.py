@@ -32,7 +32,7 @@ def measure_ceilings(device: torch.device, dtype: torch.dtype) -> dict[str, Any]
     n, copy_mib, warmup, repeats = SIZES[device.type]
     start = time.perf_counter()
     gemm_s = _gemm_seconds(n, dtype, device, warmup, repeats)
-    copy_s = _copy_seconds(copy_mib * 2**20, device, warmup, repeats)
+    copy_s = copy_seconds(copy_mib * 2**20, device, warmup, repeats)
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.empty_cache()  # the engine's allocator gets the memory back
@@ -80,7 +80,8 @@ def _gemm_seconds(n: int, dtype: torch.dtype, device: torch.device, warmup: int,
     return _median_seconds(lambda: torch.mm(a, b), device, warmup, repeats)
 
 
-def _copy_seconds(nbytes: int, device: torch.device, warmup: int, repeats: int) -> float:
+def copy_seconds(nbytes: int, device: torch.device, warmup: int, repeats: int) -> float:
+    """Median seconds of one device-to-device copy of nbytes (also `llmbench env --bandwidth`'s figure)."""
     src = torch.ones(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     return _median_seconds(lambda: dst.copy_(src), device, warmup, repeats)

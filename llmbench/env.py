@@ -10,7 +10,6 @@ import platform
 import shlex
 import subprocess
 import sys
-import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import torch
 
 import llmbench
+from llmbench.ceilings import copy_seconds
 
 
 def collect_environment() -> dict[str, Any]:
@@ -88,23 +88,10 @@ def measure_copy_bandwidth(size_mb: int = 256, repeats: int = 10) -> dict[str, A
     """Device-to-device copy bandwidth on the GPU if there is one, else host memcpy, in GB/s.
     A copy reads and writes every byte, so 2 * size bytes move per copy."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    src = torch.empty(size_mb * 2**20, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    dst.copy_(src)  # warm-up: page faults and lazy allocation stay out of the timing
-    if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(repeats):
-            dst.copy_(src)
-        end.record()
-        end.synchronize()
-        seconds = start.elapsed_time(end) / 1e3
-    else:
-        t0 = time.perf_counter()
-        for _ in range(repeats):
-            dst.copy_(src)
-        seconds = time.perf_counter() - t0
-    return {"device": device.type, "copy_gb_per_s": 2 * src.numel() * repeats / seconds / 1e9}
+    nbytes = size_mb * 2**20
+    # one warm-up copy: page faults and lazy allocation stay out of the timing
+    seconds = copy_seconds(nbytes, device, warmup=1, repeats=repeats)
+    return {"device": device.type, "copy_gb_per_s": 2 * nbytes / seconds / 1e9}
 
 
 def _cpu_model() -> str:
