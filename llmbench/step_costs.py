@@ -1,5 +1,5 @@
 """What a step must move and compute: bytes read and FLOPs of one steps.csv row, from the model shape
-(engine.models.llama.LlamaShape) and the step's batch, and what those give against a peak: MBU and
+(engine.models.shape.LlamaShape) and the step's batch, and what those give against a peak: MBU and
 MFU over the step's GPU time, or the least GPU time the step could take (its roofline bound)."""
 
 from __future__ import annotations
