@@ -102,27 +102,27 @@ class Attention(nn.Module):
         qkv = ops.linear(x, self.qkv_proj.weight, self.qkv_proj.bias)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         k_cache, v_cache = kv_cache
-        if attn.prefill_split is None:
-            q = ops.rope_and_write_kv(
-                positions, q, k, v, cos_sin_cache, self.head_dim, k_cache, v_cache, attn.slot_mapping
-            ).reshape(-1, self.num_heads, self.head_dim)
-        else:  # SDPA reads this step's rotated k, which the fused RoPE + KV write never materializes
+        if attn.prefill_split is not None:
+            # SDPA reads this step's rotated k, which the fused RoPE + KV write never materializes
             q, k = ops.rotary_embedding(positions, q, k, cos_sin_cache, self.head_dim)
             q, k, v = (t.view(t.shape[0], -1, self.head_dim) for t in (q, k, v))
             ops.write_kv(k, v, k_cache, v_cache, attn.slot_mapping)
-        if attn.prefill_split is not None:
             out = split_prefill_attention(
                 q, k, v, k_cache, v_cache, attn.block_tables, attn.seq_lens, attn.prefill_split, self.scale,
                 ops.paged_prefill_attention,
             )  # fmt: skip
-        elif attn.decode_only:
-            out = ops.paged_decode_attention(
-                q, k_cache, v_cache, attn.block_tables, attn.seq_lens, self.scale
-            )
         else:
-            out = ops.paged_prefill_attention(
-                q, k_cache, v_cache, attn.block_tables, attn.query_start_loc, attn.seq_lens, self.scale
-            )
+            q = ops.rope_and_write_kv(
+                positions, q, k, v, cos_sin_cache, self.head_dim, k_cache, v_cache, attn.slot_mapping
+            ).reshape(-1, self.num_heads, self.head_dim)
+            if attn.decode_only:
+                out = ops.paged_decode_attention(
+                    q, k_cache, v_cache, attn.block_tables, attn.seq_lens, self.scale
+                )
+            else:
+                out = ops.paged_prefill_attention(
+                    q, k_cache, v_cache, attn.block_tables, attn.query_start_loc, attn.seq_lens, self.scale
+                )
         return self.group.all_reduce(ops.linear(out.reshape(-1, self.q_size), self.o_proj.weight))
 
 
