@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -68,6 +69,7 @@ def main() -> None:
     plain = measure(EngineConfig(**common), prompts, args.max_tokens, grouped=False)
     grouped = measure(EngineConfig(**common, tensor_parallel_size=args.size), prompts, args.max_tokens, True)
     result = {
+        "command": " ".join(["python", *sys.argv]),
         "preset": args.preset,
         "tensor_parallel_size": args.size,
         "cuda_graphs": args.cuda_graphs,
