@@ -1,7 +1,9 @@
 """The no-prefix prefill shapes of `llmbench kernels` three ways, side by side: our paged kernel (the
 prefill case of kernel_cases.py), the engine's split op as the model calls it with prefill_attention
-sdpa (kernels/sdpa_prefill.py: a plan from host row offsets, SDPA on the chunk's own K/V, the paged
-kernel for the rest), and torch's SDPA alone with one backend (cuDNN, flash) on contiguous tensors."""
+sdpa (kernels/attention_split.py: a plan from host row offsets, SDPA on the chunk's own K/V, the decode
+kernel for decodes, the paged kernel for the rest), and torch's SDPA alone with one backend (cuDNN,
+flash) on contiguous tensors. And mixed steps (prompts and decodes), in the paged prefill kernel's one
+launch and split."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kernels import triton_ops
-from kernels.sdpa_prefill import plan_prefill_split, sdpa_backends, split_prefill_attention
+from kernels.attention_split import plan_attention_split, sdpa_backends, split_attention
 from llmbench.kernel_cases import HEAD_DIM, NUM_HEADS, NUM_KV_HEADS, Case, _paged_cache, _randn
 
 LIBRARY_BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
@@ -24,10 +26,13 @@ def _attention_flops(num_prompts: int, new_tokens: int, num_decodes: int, contex
     return 4 * HEAD_DIM * NUM_HEADS * pairs
 
 
-def split_case(num_prompts: int, new_tokens: int, dtype: torch.dtype, num_decodes: int = 0) -> Case:
-    """The engine's op for a step of num_prompts no-prefix prompts (and num_decodes decodes at context
-    new_tokens, which stay on the paged kernel). k is contiguous (RoPE's output) and v a strided view
-    of the fused QKV projection, as in the model."""
+def split_case(
+    num_prompts: int, new_tokens: int, dtype: torch.dtype, num_decodes: int = 0, sdpa: bool = True
+) -> Case:
+    """The engine's op for a step of num_prompts no-prefix prompts and num_decodes decodes at context
+    new_tokens (the decode kernel's, when there are enough of them); sdpa: prefill_attention sdpa, else
+    the prompts stay on the paged kernel. k is contiguous (RoPE's output) and v a strided view of the
+    fused QKV projection, as in the model."""
     size = dtype.itemsize
     num_tokens = num_prompts * new_tokens + num_decodes
     footprint = (2 * NUM_HEADS + 3 * NUM_KV_HEADS) * HEAD_DIM * size * num_tokens
@@ -43,20 +48,21 @@ def split_case(num_prompts: int, new_tokens: int, dtype: torch.dtype, num_decode
         q_lens = np.array([new_tokens] * num_prompts + [1] * num_decodes)
         query_start = np.concatenate(([0], np.cumsum(q_lens)))
         lens = np.full(num_seqs, new_tokens)
-        split = plan_prefill_split(query_start, lens, q.device)
+        split = plan_attention_split(query_start, lens, q.device, sdpa)
         seq_lens = torch.from_numpy(lens).to(device=q.device, dtype=torch.int32)
         args = (q, k, v, k_cache, v_cache, tables, seq_lens, split, HEAD_DIM**-0.5)
 
         def call():
             with sdpa_backends():  # as the model runner runs a forward
-                return split_prefill_attention(*args, triton_ops.paged_prefill_attention)
+                return split_attention(*args, triton_ops)
 
         return call
 
     decodes = f" + {num_decodes} decodes" if num_decodes else ""
     shape = f"B={num_prompts} new={new_tokens} cached=0{decodes}"
     flops = _attention_flops(num_prompts, new_tokens, num_decodes, new_tokens)
-    return Case("prefill_attention sdpa split", shape, "compute", flops, footprint, make, optional=True)
+    name = "prefill_attention sdpa split" if sdpa else "mixed step split (paged prompts)"
+    return Case(name, shape, "compute", flops, footprint, make, optional=sdpa)
 
 
 def mixed_paged_case(num_prompts: int, new_tokens: int, num_decodes: int, dtype: torch.dtype) -> Case:
@@ -103,9 +109,11 @@ def library_case(backend: str, num_seqs: int, new_tokens: int, dtype: torch.dtyp
 
 
 def sdpa_cases(dtype: torch.dtype, prefills: list[tuple[int, int, int]]) -> list[Case]:
-    """For each no-prefix prefill shape: the split op and each library backend; and one mixed step (two
-    2048-token prompts and 64 decodes) paged and split."""
+    """For each no-prefix prefill shape: the split op and each library backend; a long mixed step (two
+    2048-token prompts and 64 decodes) paged and split; and a chat-like one (two 256-token prompts and
+    256 decodes at context 256: a ShareGPT-like step) in one paged launch and with its decodes split."""
     fresh = [(b, n) for b, n, cached in prefills if cached == 0]
     cases = [split_case(b, n, dtype) for b, n in fresh]
     cases += [library_case(backend, b, n, dtype) for b, n in fresh for backend in LIBRARY_BACKENDS]
-    return cases + [mixed_paged_case(2, 2048, 64, dtype), split_case(2, 2048, dtype, num_decodes=64)]
+    cases += [mixed_paged_case(2, 2048, 64, dtype), split_case(2, 2048, dtype, num_decodes=64)]
+    return cases + [mixed_paged_case(2, 256, 256, dtype), split_case(2, 256, dtype, 256, sdpa=False)]

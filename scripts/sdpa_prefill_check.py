@@ -9,7 +9,7 @@ through to flash silently, so the choice of every call is recorded, with cuDNN's
 First calls: cuDNN builds an execution plan for each new shape, and a ShareGPT-like load brings new
 prompt lengths all the time; timed with and without TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1. Agreement: as
 scripts/backend_agreement.py, the same random weights and mixed requests, greedy; bf16 rounding differs
-between the two paths (tests/kernels/test_sdpa_prefill.py holds them to the reference on the GPU), so
+between the two paths (tests/kernels/test_attention_split.py holds them to the reference on the GPU), so
 the report gives each request's first divergence."""
 
 from __future__ import annotations

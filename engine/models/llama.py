@@ -19,7 +19,7 @@ from engine.models.shape import LlamaShape
 from engine.parallel.group import LOCAL, LocalGroup, TPGroup
 from engine.parallel.vocab_embedding import VocabParallelEmbedding
 from kernels import reference
-from kernels.sdpa_prefill import PrefillSplit, split_prefill_attention
+from kernels.attention_split import AttentionSplit, split_attention
 
 
 def rope_cos_sin_cache(shape: LlamaShape, device: torch.device) -> torch.Tensor:
@@ -57,9 +57,9 @@ class AttentionMetadata:
     seq_lens: torch.Tensor  # [B] int32, tokens in the cache after this forward
     query_start_loc: torch.Tensor  # [B + 1] int32, row offsets of each sequence's new tokens
     decode_only: bool  # one new token per sequence: the decode kernel applies
-    # prefill_attention sdpa: which sequences SDPA serves on their own K/V (planned once per forward);
-    # None: the paged kernel serves them all
-    prefill_split: PrefillSplit | None = None
+    # a mixed or prefill step's split between the decode kernel, SDPA on a prompt's own K/V and the
+    # paged prefill kernel (planned once per forward); None: one kernel serves the whole step
+    split: AttentionSplit | None = None
 
 
 KVCache = tuple[torch.Tensor, torch.Tensor]
@@ -102,27 +102,25 @@ class Attention(nn.Module):
         qkv = ops.linear(x, self.qkv_proj.weight, self.qkv_proj.bias)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         k_cache, v_cache = kv_cache
-        if attn.prefill_split is not None:
+        split = attn.split
+        if split is not None and split.groups:
             # SDPA reads this step's rotated k, which the fused RoPE + KV write never materializes
             q, k = ops.rotary_embedding(positions, q, k, cos_sin_cache, self.head_dim)
             q, k, v = (t.view(t.shape[0], -1, self.head_dim) for t in (q, k, v))
             ops.write_kv(k, v, k_cache, v_cache, attn.slot_mapping)
-            out = split_prefill_attention(
-                q, k, v, k_cache, v_cache, attn.block_tables, attn.seq_lens, attn.prefill_split, self.scale,
-                ops.paged_prefill_attention,
-            )  # fmt: skip
         else:
             q = ops.rope_and_write_kv(
                 positions, q, k, v, cos_sin_cache, self.head_dim, k_cache, v_cache, attn.slot_mapping
             ).reshape(-1, self.num_heads, self.head_dim)
-            if attn.decode_only:
-                out = ops.paged_decode_attention(
-                    q, k_cache, v_cache, attn.block_tables, attn.seq_lens, self.scale
-                )
-            else:
-                out = ops.paged_prefill_attention(
-                    q, k_cache, v_cache, attn.block_tables, attn.query_start_loc, attn.seq_lens, self.scale
-                )
+            k = v = None
+        tables, lens = attn.block_tables, attn.seq_lens
+        if split is not None:
+            out = split_attention(q, k, v, k_cache, v_cache, tables, lens, split, self.scale, ops)
+        elif attn.decode_only:
+            out = ops.paged_decode_attention(q, k_cache, v_cache, tables, lens, self.scale)
+        else:
+            starts = attn.query_start_loc
+            out = ops.paged_prefill_attention(q, k_cache, v_cache, tables, starts, lens, self.scale)
         return self.group.all_reduce(ops.linear(out.reshape(-1, self.q_size), self.o_proj.weight))
 
 

@@ -13,7 +13,7 @@ from engine.config import EngineConfig, ModelConfig
 from engine.llm_engine import LLMEngine
 from engine.model_runner import ModelRunner, select_ops
 from engine.request import SamplingParams
-from kernels import reference, sdpa_prefill, triton_ops
+from kernels import reference, triton_ops
 from tests.engine.test_model_hf import VARIANTS, hf_model
 
 MAX_NEW = 20
@@ -111,82 +111,6 @@ def test_triton_backend_matches_hf(checkpoint):
     tokens, cached, _ = run(engine, [make_prompts()[i] for i in pick], GREEDY)
     assert tokens == [expected[i] for i in pick]
     assert sum(cached) > 0
-
-
-def count_sdpa_calls(monkeypatch) -> list[int]:
-    """The token count of every SDPA call of the split prefill attention, as it happens."""
-    calls, real = [], sdpa_prefill._causal_sdpa
-
-    def counted(q, *args):
-        calls.append(q.shape[0])
-        return real(q, *args)
-
-    monkeypatch.setattr(sdpa_prefill, "_causal_sdpa", counted)
-    return calls
-
-
-@pytest.mark.parametrize("prefix_caching", [True, False], ids=["prefix", "no-prefix"])
-@pytest.mark.parametrize("budget", [32, 256])
-def test_sdpa_prefill_matches_hf(checkpoint, monkeypatch, budget, prefix_caching):
-    """prefill_attention sdpa: prompts with no cached prefix go through SDPA on their own K/V, the rest
-    (decodes, later chunks, prompts hitting the prefix cache) through the paged kernel, token-exact.
-    With a 32-token budget every first chunk is short, so the minimum group size is lowered to 1; at
-    256 the 56- and 77-token prompts pass the real minimum (64 tokens a length)."""
-    path, expected = checkpoint
-    if budget == 32:
-        monkeypatch.setattr(sdpa_prefill, "SDPA_MIN_TOKENS", 1)
-    calls = count_sdpa_calls(monkeypatch)
-    engine = engine_for(
-        path,
-        block_size=4,
-        prefix_caching=prefix_caching,
-        max_num_batched_tokens=budget,
-        prefill_attention="sdpa",
-    )
-    tokens, cached, _ = run(engine, make_prompts(), GREEDY)
-    assert tokens == expected
-    assert calls and (budget == 32 or min(calls) >= sdpa_prefill.SDPA_MIN_TOKENS)
-    assert (sum(cached) > 0) == prefix_caching
-
-
-def test_sdpa_prefill_matches_hf_under_preemption(checkpoint, monkeypatch):
-    """A preempted sequence's recompute starts at position 0 again: SDPA serves it."""
-    path, expected = checkpoint
-    monkeypatch.setattr(sdpa_prefill, "SDPA_MIN_TOKENS", 1)
-    calls = count_sdpa_calls(monkeypatch)
-    engine = engine_for(path, block_size=4, num_gpu_blocks=30, prefill_attention="sdpa")
-    tokens, _, preempted = run(engine, make_prompts(), GREEDY)
-    assert preempted > 0 and calls
-    assert tokens == expected
-
-
-@pytest.mark.parametrize("overlap", ["async_output", "async_scheduling"])
-def test_sdpa_prefill_matches_hf_with_overlapped_multi_step(checkpoint, monkeypatch, overlap):
-    """Overlapped steps and 4-step decode windows around SDPA prefills: the split is planned for the
-    step being launched, from its own lengths, while the step before is still in flight."""
-    path, expected = checkpoint
-    monkeypatch.setattr(sdpa_prefill, "SDPA_MIN_TOKENS", 1)
-    calls = count_sdpa_calls(monkeypatch)
-    engine = engine_for(
-        path, block_size=4, max_num_batched_tokens=32, num_scheduler_steps=4, prefill_attention="sdpa",
-        **{overlap: True},
-    )  # fmt: skip
-    tokens, _, _ = run(engine, make_prompts(), GREEDY)
-    assert calls
-    assert tokens == expected
-
-
-@pytest.mark.triton_interpreter
-def test_sdpa_prefill_with_triton_backend_matches_hf(checkpoint, monkeypatch):
-    """SDPA beside the Triton paged kernels (interpreted): chunked prompts, decodes, a cached prefix."""
-    path, expected = checkpoint
-    monkeypatch.setattr(sdpa_prefill, "SDPA_MIN_TOKENS", 1)
-    calls = count_sdpa_calls(monkeypatch)
-    pick = [0, 2, 4, 8]
-    engine = engine_for(path, "triton", block_size=4, max_num_batched_tokens=32, prefill_attention="sdpa")
-    tokens, cached, _ = run(engine, [make_prompts()[i] for i in pick], GREEDY)
-    assert tokens == [expected[i] for i in pick]
-    assert sum(cached) > 0 and calls
 
 
 def test_generate_matches_hf(checkpoint):

@@ -6,7 +6,8 @@ import random
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
-from tests.engine.test_engine_hf import GREEDY, count_sdpa_calls, run
+from tests.engine.test_attention_split_hf import count_sdpa_calls
+from tests.engine.test_engine_hf import GREEDY, run
 from tests.engine.test_tp import TINY
 
 # 128-token chunks: a 200-token prompt's first chunk goes to SDPA, its second (72 tokens after 128

@@ -1,18 +1,26 @@
-"""Prefill attention split in two (EngineConfig.prefill_attention: sdpa). A sequence whose chunk starts at
+"""One forward's attention split by kind of sequence, planned on the host once per forward
+(plan_attention_split) and serving every layer.
+
+Decodes in a mixed step. A step of chunked prefill carries the running decodes too; the paged prefill
+kernel gives each of them a whole block of query rows per query head (one row used) and reads its K/V
+once per query head, where the decode kernel serves every query head of a KV head from one read and
+splits long contexts. So decodes go to the decode kernel, in one launch, and the chunks to the prefill
+kernel.
+
+SDPA for fresh prompts (EngineConfig.prefill_attention: sdpa). A sequence whose chunk starts at
 position 0 (no cached prefix, no earlier chunk) attends to that chunk's own K/V alone, so torch's
 scaled_dot_product_attention can compute it from the freshly projected k and v, contiguous and unpaged:
-cuDNN's kernel on Hopper, 1.7-1.9x our paged kernel on the prefill shapes of `llmbench kernels`. Every
-other sequence of the step (decodes, chunks after a cached prefix or an earlier chunk) goes to the op
-backend's paged kernel in one launch, as before. Every token's K/V is still written to the paged cache,
-where later chunks and decodes read it.
+cuDNN's kernel on Hopper, 1.7-1.9x our paged kernel on the prefill shapes of `llmbench kernels`.
 
-The split is planned on the host once per forward (plan_prefill_split) and serves every layer."""
+Every other sequence (chunks after a cached prefix or an earlier chunk) goes to the op backend's paged
+prefill kernel in one launch. Every token's K/V is still written to the paged cache, where later chunks
+and decodes read it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 import torch
@@ -37,6 +45,10 @@ SDPA_MIN_TOKENS = 64
 # stay in the paged kernel's single launch, which serves any mix of lengths at once.
 SDPA_MAX_GROUPS = 4
 
+# Fewer decodes than this in a mixed step stay in the prefill kernel's launch: the decode launch and its
+# gathers (a few per layer) would cost more than the prefill kernel wastes on them.
+DECODE_MIN_SEQS = 8
+
 
 def sdpa_backends() -> AbstractContextManager:
     """SDPA_BACKENDS in their order of priority, for a whole forward: entering costs about 17 us of
@@ -55,16 +67,23 @@ class SdpaGroup:
 
 
 @dataclass
+class DecodePart:
+    rows: Rows  # the one token row of each decode
+    seqs: torch.Tensor  # their sequences (rows of the block tables and lengths)
+
+
+@dataclass
 class PagedPart:
     rows: Rows  # token rows
-    seqs: torch.Tensor  # their sequences (rows of the block tables and lengths)
+    seqs: torch.Tensor  # their sequences
     query_start: torch.Tensor  # [n + 1] int32 row offsets within `rows`
 
 
 @dataclass
-class PrefillSplit:
+class AttentionSplit:
     groups: list[SdpaGroup]
-    paged: PagedPart | None  # None when every sequence of the step is in a group
+    decodes: DecodePart | None  # None: the decodes (if any) ride in the paged part
+    paged: PagedPart | None  # None when the groups and decodes hold every sequence of the step
 
 
 def _selection(indices: np.ndarray) -> slice | np.ndarray:
@@ -80,40 +99,49 @@ def _token_rows(query_start: np.ndarray, seqs: np.ndarray) -> np.ndarray:
     return np.arange(lens.sum()) + np.repeat(query_start[seqs] - offsets, lens)
 
 
-def plan_prefill_split(
-    query_start: np.ndarray, seq_lens: np.ndarray, device: torch.device
-) -> PrefillSplit | None:
-    """The split of one forward from its host-side row offsets [B + 1] and lengths [B]; None when no
-    length group qualifies (the paged kernel then serves the whole step). Index tensors travel to the
-    device in one non-blocking copy."""
-    q_lens = np.diff(query_start)
+def _sdpa_groups(q_lens: np.ndarray, seq_lens: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(length, sequences) of the fresh-prompt lengths SDPA serves, in increasing length."""
     fresh = seq_lens == q_lens  # the chunk starts at position 0
     lengths, counts = np.unique(q_lens[fresh], return_counts=True)
     work = counts * lengths.astype(np.int64) ** 2
     largest = np.argsort(-work, kind="stable")[:SDPA_MAX_GROUPS]
-    picked = [i for i in largest if lengths[i] * counts[i] >= SDPA_MIN_TOKENS]
-    if not picked:
-        return None
-    in_group = np.zeros(len(q_lens), dtype=bool)
+    picked = sorted(i for i in largest if lengths[i] * counts[i] >= SDPA_MIN_TOKENS)
+    return [(int(lengths[i]), np.flatnonzero(fresh & (q_lens == lengths[i]))) for i in picked]
+
+
+def plan_attention_split(
+    query_start: np.ndarray, seq_lens: np.ndarray, device: torch.device, sdpa: bool
+) -> AttentionSplit | None:
+    """The split of one forward (not decode-only) from its host-side row offsets [B + 1] and lengths
+    [B]; sdpa: give fresh prompts to SDPA. None when nothing qualifies (the paged prefill kernel then
+    serves the whole step). Index tensors travel to the device in one non-blocking copy."""
+    q_lens = np.diff(query_start)
+    served = np.zeros(len(q_lens), dtype=bool)
     specs, selections = [], []
-    for i in sorted(picked):
-        seqs = np.flatnonzero(fresh & (q_lens == lengths[i]))
-        in_group[seqs] = True
-        specs.append((int(lengths[i]), len(seqs)))
+    for length, seqs in _sdpa_groups(q_lens, seq_lens) if sdpa else []:
+        served[seqs] = True
+        specs.append((length, len(seqs)))
         selections.append(_selection(_token_rows(query_start, seqs)))
-    paged_seqs = np.flatnonzero(~in_group)
+    decode_seqs = np.flatnonzero((q_lens == 1) & ~served)
+    split_decodes = len(decode_seqs) >= DECODE_MIN_SEQS
+    if split_decodes:
+        served[decode_seqs] = True
+        # an index even when consecutive: a slice of the block tables or lengths at an odd row would
+        # be a pointer Triton has not compiled the kernels for (16-byte alignment), a new variant
+        # mid-run; the gathered copies are a few hundred integers
+        selections += [_selection(query_start[decode_seqs]), decode_seqs]
+    if not specs and not split_decodes:
+        return None
+    paged_seqs = np.flatnonzero(~served)
     if len(paged_seqs):
         paged_lens = q_lens[paged_seqs]
         selections.append(_selection(_token_rows(query_start, paged_seqs)))
-        # an index even when consecutive: a slice of the block tables or lengths at an odd row would
-        # be a pointer Triton has not compiled the paged kernel for (16-byte alignment), a new
-        # variant mid-run; the gathered copies are a few hundred integers
-        selections.append(paged_seqs)
-        selections.append(np.concatenate(([0], np.cumsum(paged_lens))))
-    on_device = _send(selections, device)
-    groups = [SdpaGroup(length, count, rows) for (length, count), rows in zip(specs, on_device, strict=False)]
-    paged = PagedPart(*on_device[len(specs) :]) if len(paged_seqs) else None
-    return PrefillSplit(groups, paged)
+        selections += [paged_seqs, np.concatenate(([0], np.cumsum(paged_lens)))]
+    on_device = iter(_send(selections, device))
+    groups = [SdpaGroup(length, count, next(on_device)) for length, count in specs]
+    decodes = DecodePart(next(on_device), next(on_device)) if split_decodes else None
+    paged = PagedPart(*on_device) if len(paged_seqs) else None
+    return AttentionSplit(groups, decodes, paged)
 
 
 def _send(selections: list[slice | np.ndarray], device: torch.device) -> list[Rows]:
@@ -151,31 +179,41 @@ def _causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, count: int, 
     return out.transpose(1, 2).reshape(q.shape)
 
 
-def split_prefill_attention(
+def split_attention(
     q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
+    k: torch.Tensor | None,
+    v: torch.Tensor | None,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
-    split: PrefillSplit,
+    split: AttentionSplit,
     scale: float,
-    paged_attention: Callable[..., torch.Tensor],
+    ops: ModuleType,
 ) -> torch.Tensor:
-    """q [T, Hq, D] and this step's own k, v [T, Hkv, D] (already written to the cache) -> [T, Hq, D]:
-    each group by SDPA on its own K/V, the rest by paged_attention (the op backend's
-    paged_prefill_attention) on the cache. Runs inside sdpa_backends(), which the caller enters once
-    for the whole forward."""
-    if split.paged is None and len(split.groups) == 1:  # the step is one group: no scatter
+    """q [T, Hq, D] and, when the split has SDPA groups, this step's own k, v [T, Hkv, D] (already
+    written to the cache) -> [T, Hq, D]: each group by SDPA on its own K/V, the decodes by
+    ops.paged_decode_attention and the rest by ops.paged_prefill_attention, both on the cache. Runs
+    inside sdpa_backends() when there are groups; the caller enters it once for the whole forward."""
+    if split.paged is None and split.decodes is None and len(split.groups) == 1:  # no scatter
         return _causal_sdpa(q, k, v, split.groups[0].count, scale)
     out = torch.empty_like(q)
     for group in split.groups:
         rows = group.rows
         out[rows] = _causal_sdpa(_take(q, rows), _take(k, rows), _take(v, rows), group.count, scale)
+    if split.decodes is not None:
+        part = split.decodes
+        out[part.rows] = ops.paged_decode_attention(
+            _take(q, part.rows),
+            k_cache,
+            v_cache,
+            _take(block_tables, part.seqs),
+            _take(seq_lens, part.seqs),
+            scale,
+        )
     if split.paged is not None:
         part = split.paged
-        out[part.rows] = paged_attention(
+        out[part.rows] = ops.paged_prefill_attention(
             _take(q, part.rows),
             k_cache,
             v_cache,
