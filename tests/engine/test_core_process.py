@@ -1,3 +1,5 @@
+import gc
+import json
 import os
 import pickle
 import signal
@@ -11,6 +13,7 @@ import pytest
 
 from engine.config import EngineConfig, ModelConfig
 from engine.core_client import EngineCoreClient, EngineCoreError
+from engine.core_process import YOUNG_GC_THRESHOLD
 from engine.llm_engine import LLMEngine
 from engine.request import FinishReason, SamplingParams
 
@@ -182,3 +185,35 @@ def test_unusable_model_settings_raise_value_error_as_in_process():
     config = EngineConfig(model=ModelConfig(preset="no-such-preset", device="cpu"), process_split=True)
     with pytest.raises(ValueError, match="unknown model preset 'no-such-preset'"):
         EngineCoreClient(config)
+
+
+class _GcState:
+    """A step hook writing the core process's collector settings at its first step."""
+
+    def before_step(self) -> None:
+        path = os.environ["LLMBENCH_TEST_GC_STATE"]
+        if not os.path.exists(path):
+            with open(path, "w") as f:
+                json.dump({"young": gc.get_threshold()[0], "frozen": gc.get_freeze_count()}, f)
+
+    def close(self) -> None:
+        pass
+
+
+def gc_state_hook():
+    return _GcState()
+
+
+def test_the_core_freezes_its_loaded_heap_and_collects_rarely(tmp_path, monkeypatch):
+    """Loading's objects are out of every collection's scan, and the per-step objects die by their
+    reference counts before a young collection catches them (so none is promoted into full ones)."""
+    state = tmp_path / "gc.json"
+    monkeypatch.setenv("LLMBENCH_TEST_GC_STATE", str(state))
+    core = EngineCoreClient(EngineConfig(**TINY, process_split=True), step_hook=f"{__name__}:gc_state_hook")
+    try:
+        run_to_completion(core, [[1, 2, 3]], SamplingParams(max_tokens=2))
+    finally:
+        core.shutdown()
+    settings = json.loads(state.read_text())
+    assert settings["young"] == YOUNG_GC_THRESHOLD
+    assert settings["frozen"] > 1000  # torch and the model
