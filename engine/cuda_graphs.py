@@ -2,7 +2,8 @@
 one from Python, the host becomes the bottleneck at small batches. Each batch size of
 config.cuda_graph_sizes (a bucket) gets one graph of the whole forward plus the LM head, captured once
 after the KV pool exists. A batch is padded up to the smallest bucket that holds it and the graph is
-replayed; larger batches and batches with prefill tokens run eagerly.
+replayed; larger batches and batches with prefill tokens run eagerly. The graph ends with the greedy
+argmax of its logits, so an all-greedy step samples without a launch of its own.
 
 A graph replays fixed addresses and shapes, so its inputs live in static buffers sized for the largest
 bucket: each replay copies the step's inputs into them (three device-to-device copies for a
@@ -15,11 +16,11 @@ from __future__ import annotations
 
 import bisect
 import logging
+from collections.abc import Callable
 
 import torch
 
-from engine.batch import ScheduledBatch
-from engine.input_batch import ModelInput
+from engine.input_batch import ModelInput, StepLayout
 from engine.models.llama import AttentionMetadata, KVCache, LlamaForCausalLM
 
 logger = logging.getLogger(__name__)
@@ -40,8 +41,11 @@ class DecodeGraphs:
         max_blocks_per_seq: int,
         pad_block: int,
         block_size: int,
+        argmax: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ):
         self.model = model
+        # greedy sampling inside the graph: an all-greedy step then launches nothing after the replay
+        self.argmax = argmax
         self.kv_caches = kv_caches
         self.sizes = sorted(sizes)
         self.pad_slot = pad_block * block_size
@@ -62,32 +66,43 @@ class DecodeGraphs:
         self._num_live = 0  # rows from 0 whose slots may still point at live KV
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
+        self.tokens: dict[int, torch.Tensor] = {}  # each bucket's argmax of its logits
+        # the last step's views: ((num_seqs, width), its slices of the static inputs), (num_seqs, outputs)
+        self._targets: tuple = ((0, 0),)
+        self._outputs: tuple = (0, None, None)
 
-    def handles(self, batch: ScheduledBatch) -> bool:
-        """Graphs serve decode batches (every row sampled) that fit a bucket."""
-        return batch.is_decode_only and graph_bucket(len(batch.seqs), self.sizes) is not None
+    def handles(self, layout: StepLayout) -> bool:
+        """Graphs serve decode steps (every row sampled) that fit a bucket."""
+        return layout.decode_only and graph_bucket(layout.num_seqs, self.sizes) is not None
 
     def load(self, inputs: ModelInput) -> int:
         """Copy a decode step's inputs into the static buffers; returns the bucket to run."""
         num_seqs = inputs.input_ids.shape[0]
-        bucket = graph_bucket(num_seqs, self.sizes)
         attn = inputs.attn
         width = attn.block_tables.shape[1]
+        if self._targets[0] != (num_seqs, width):
+            # a steady decode keeps its shape for block_size steps: slicing the same views again would
+            # cost a torch call each (several us on a GPU host)
+            rows = self.decode_rows[:, :num_seqs]
+            ids, positions, seq_lens = rows
+            self._targets = ((num_seqs, width), rows, ids, positions, seq_lens, self.slot_mapping[:num_seqs])
+            self._targets += (self.block_tables[:num_seqs, :width],)
+        _, rows, ids, positions, seq_lens, slots, tables = self._targets
         if inputs.decode_rows is not None:
-            self.decode_rows[:, :num_seqs].copy_(inputs.decode_rows, non_blocking=True)
+            rows.copy_(inputs.decode_rows, non_blocking=True)
         else:  # a later forward of a window: its input ids are the tokens just sampled
-            self.input_ids[:num_seqs].copy_(inputs.input_ids, non_blocking=True)
-            self.positions[:num_seqs].copy_(inputs.positions, non_blocking=True)
-            self.seq_lens[:num_seqs].copy_(attn.seq_lens, non_blocking=True)
-        self.slot_mapping[:num_seqs].copy_(attn.slot_mapping, non_blocking=True)
-        self.block_tables[:num_seqs, :width].copy_(attn.block_tables, non_blocking=True)
+            ids.copy_(inputs.input_ids, non_blocking=True)
+            positions.copy_(inputs.positions, non_blocking=True)
+            seq_lens.copy_(attn.seq_lens, non_blocking=True)
+        slots.copy_(attn.slot_mapping, non_blocking=True)
+        tables.copy_(attn.block_tables, non_blocking=True)
         # rows past the batch may hold an earlier, larger batch's slots: point their writes back
         # at the spare block (stale lengths and tables only cause harmless reads). Only when the
         # batch shrank: a steady decode batch launches no fill
         if self._num_live > num_seqs:
             self.slot_mapping[num_seqs : self._num_live].fill_(self.pad_slot)
         self._num_live = num_seqs
-        return bucket
+        return graph_bucket(num_seqs, self.sizes)
 
     def forward(self, bucket: int) -> torch.Tensor:
         """Logits [bucket, vocab] of the static buffers' first `bucket` rows: what each graph captures."""
@@ -101,11 +116,17 @@ class DecodeGraphs:
         hidden = self.model(self.input_ids[:bucket], self.positions[:bucket], attn, self.kv_caches)
         return self.model.compute_logits(hidden)
 
-    def run(self, inputs: ModelInput) -> torch.Tensor:
-        """Logits [num_seqs, vocab] of a decode step, by replaying its bucket's graph."""
+    def run(self, inputs: ModelInput) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits [num_seqs, vocab] of a decode step, by replaying its bucket's graph, and their
+        argmax [num_seqs] when the graphs compute it. Both are the graph's output buffers, which the
+        next replay overwrites: what reads them is queued before it."""
         bucket = self.load(inputs)
         self.graphs[bucket].replay()
-        return self.logits[bucket][: inputs.input_ids.shape[0]]
+        num_seqs = inputs.input_ids.shape[0]
+        if self._outputs[0] != num_seqs:
+            tokens = self.tokens[bucket][:num_seqs] if self.tokens else None
+            self._outputs = (num_seqs, self.logits[bucket][:num_seqs], tokens)
+        return self._outputs[1], self._outputs[2]
 
     @torch.inference_mode()
     def capture(self) -> None:
@@ -117,10 +138,14 @@ class DecodeGraphs:
         with torch.cuda.stream(stream):
             for bucket in reversed(self.sizes):
                 # warm-up outside the graph: compiles this bucket's kernel variants
-                self.forward(bucket)
+                logits = self.forward(bucket)
+                if self.argmax is not None:
+                    self.argmax(logits)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool, stream=stream):
                     self.logits[bucket] = self.forward(bucket)
+                    if self.argmax is not None:
+                        self.tokens[bucket] = self.argmax(self.logits[bucket])
                 self.graphs[bucket] = graph
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()

@@ -4,20 +4,22 @@ multi-step window, the positions, slots and lengths of every forward.
 
 Runs every step with up to max_num_seqs sequences, so it touches each sequence a few times in list
 comprehensions and does the rest in numpy, never a Python loop over tokens or blocks. Block tables
-persist across steps (vLLM V1's persistent batch): each table gets a row of a host array when first
-seen, and later steps write only the blocks appended to it since. All integer inputs of a step are
+persist across steps (engine/block_tables.py). All integer inputs of a step are
 packed into one host buffer (pinned on CUDA) and sent in a single non-blocking copy to one device
 buffer; the model's inputs are views of it. On the CPU the host buffer is the device buffer."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from engine.batch import ScheduledBatch, ScheduledSeq
+from engine.batch import ScheduledBatch
+from engine.block_tables import BlockTables
 from engine.models.llama import AttentionMetadata
 
 _ALIGN = 4  # int32 entries in 16 bytes
@@ -60,15 +62,20 @@ class StepLayout(NamedTuple):
     num_feed: int
     decode_only: bool
 
-    def sections(self) -> tuple[list[int], list[int]]:
+    def sections(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Each section's size and start, in int32 entries; the last start is the buffer's size. Each
         section starts on a 16-byte boundary, and so does each forward's row of a window (Triton
         specializes kernels on pointer alignment: an unaligned view would compile a second variant of
         a kernel mid-run, ~0.7 s on an H200, when the batch's shape shifts the sections)."""
-        n, t, k = self.num_seqs, self.num_tokens, self.num_steps
-        sizes = [t, k * _padded(t), k * _padded(n), n + 1, self.num_sample, n * self.width]
-        sizes += [2 * k * _padded(t), self.num_feed, self.num_feed]
-        return sizes, np.cumsum([0] + [_padded(size) for size in sizes]).tolist()
+        return _sections(self)
+
+
+@functools.lru_cache(maxsize=256)  # a steady decode asks for the same layout's every step
+def _sections(layout: StepLayout) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    n, t, k = layout.num_seqs, layout.num_tokens, layout.num_steps
+    sizes = (t, k * _padded(t), k * _padded(n), n + 1, layout.num_sample, n * layout.width)
+    sizes += (2 * k * _padded(t), layout.num_feed, layout.num_feed)
+    return sizes, tuple(itertools.accumulate((_padded(size) for size in sizes), initial=0))
 
 
 def unpack(packed: torch.Tensor, layout: StepLayout) -> tuple[ModelInput, torch.Tensor, torch.Tensor]:
@@ -101,73 +108,6 @@ def unpack(packed: torch.Tensor, layout: StepLayout) -> tuple[ModelInput, torch.
     return ModelInput(ids, positions[0], attns[0], sample_rows, later), feed_rows, feed_cols
 
 
-class BlockTables:
-    """Every block table seen lately, one row each of a host array. A table is keyed by the list
-    object itself, which a sequence only ever appends to (freeing its blocks gives it a new list), so
-    a row stays valid and a step copies only the blocks appended since the last one. Rows of tables
-    no batch holds any more are reused once the array is full."""
-
-    def __init__(self, rows: int = 64, width: int = 64):
-        self.table = np.zeros((rows, width), dtype=np.int32)
-        self._row_of: dict[int, int] = {}  # id(block table list) -> row
-        self._lists: list[list[int] | None] = [None] * rows  # holding each list keeps its id unique
-        self._filled = np.zeros(rows, dtype=np.int64)  # blocks of the list already in the row
-        self._free = list(range(rows - 1, -1, -1))
-
-    def rows(self, seqs: list[ScheduledSeq]) -> tuple[np.ndarray, np.ndarray]:
-        """The row of each sequence's table, brought up to date, and each table's length. Three
-        comprehensions over the batch; only the tables that grew are written."""
-        tables = [s.block_table for s in seqs]
-        rows = list(map(self._row_of.get, map(id, tables)))
-        lengths = np.fromiter(map(len, tables), np.int64, len(tables))
-        if None in rows:
-            self._add(tables, rows)
-        rows_np = np.fromiter(rows, np.int64, len(rows))
-        longest = int(lengths.max())
-        if longest > self.table.shape[1]:
-            self._widen(longest)
-        filled = self._filled[rows_np]
-        for i in np.flatnonzero(lengths != filled).tolist():  # a new block every block_size tokens
-            start, row = int(filled[i]), rows[i]
-            self.table[row, start : lengths[i]] = tables[i][start:]
-        self._filled[rows_np] = lengths
-        return rows_np, lengths
-
-    def _add(self, tables: list[list[int]], rows: list[int | None]) -> None:
-        """Give each table without a row one (a table named twice in a batch gets one row)."""
-        for i, row in enumerate(rows):
-            if row is None:
-                row = self._row_of.get(id(tables[i]))
-            if row is None:
-                if not self._free:
-                    self._make_room({r for r in rows if r is not None})
-                row = self._free.pop()
-                self._row_of[id(tables[i])] = row
-                self._lists[row] = tables[i]
-                self._filled[row] = 0
-                self.table[row] = 0  # padding past the table reads block 0, as a fresh row does
-            rows[i] = row
-
-    def _make_room(self, in_use: set[int]) -> None:
-        """Drop every row this batch does not use; grow when that frees too little."""
-        for key, row in list(self._row_of.items()):
-            if row not in in_use:
-                del self._row_of[key]
-                self._lists[row] = None
-                self._free.append(row)
-        if len(self._free) < len(self._lists) // 2:
-            old = len(self._lists)
-            self.table = np.concatenate([self.table, np.zeros_like(self.table)])
-            self._filled = np.concatenate([self._filled, np.zeros_like(self._filled)])
-            self._lists += [None] * old
-            self._free += range(2 * old - 1, old - 1, -1)
-
-    def _widen(self, width: int) -> None:
-        grown = np.zeros((self.table.shape[0], max(width, 2 * self.table.shape[1])), dtype=np.int32)
-        grown[:, : self.table.shape[1]] = self.table
-        self.table = grown
-
-
 class InputBuffers:
     """The persistent block tables and the host and device buffers of one executor. The buffers grow
     (doubling) when a step needs more room, so after the first steps of each size no step allocates.
@@ -188,10 +128,12 @@ class InputBuffers:
         # parallel group broadcasts
         self.packed: torch.Tensor | None = None
         self.layout: StepLayout | None = None
-        # the last step's layout and its views: a steady decode keeps its layout for block_size steps,
-        # and building the views costs more than filling them. The buffer under them is replaced only
-        # when a step outgrows it, which a step of the same layout cannot
-        self._views: tuple[StepLayout, tuple[ModelInput, torch.Tensor, torch.Tensor]] | None = None
+        # the last step's layout with its views: of each host buffer (the sections to fill) and of the
+        # device buffer (the model inputs). The buffer under the views is replaced only when a step
+        # outgrows it, which a step of the same layout cannot
+        self._host_views: list[tuple | None] = [None] * len(self._hosts)
+        self._views: tuple | None = None
+        self._range = np.arange(0)
 
     def _host_buffer(self, capacity: int) -> torch.Tensor:
         return torch.empty(capacity, dtype=torch.int32, pin_memory=self._on_cuda)
@@ -201,20 +143,25 @@ class InputBuffers:
         n, bs, num_steps = len(seqs), self.block_size, batch.num_steps
         rows, num_blocks = self.block_tables.rows(seqs)
         num_computed = np.array([s.num_computed for s in seqs], dtype=np.int64)
-        num_new = np.array([s.num_new for s in seqs], dtype=np.int64)
-        query_start = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(num_new, out=query_start[1:])
-        if query_start[-1] == n:  # one new token each: decodes, mostly
+        num_new = [s.num_new for s in seqs]
+        sample = [s.sample for s in seqs]
+        every_row_sampled = all(sample)
+        if sum(num_new) == n:  # one new token each: decodes, mostly
             input_ids = [s.token_ids[s.num_computed] for s in seqs]
-            positions, token_rows = num_computed, rows
+            positions, token_rows, seq_lens = num_computed, rows, num_computed + 1
+            query_start = self._arange(n + 1)
+            sample_rows = query_start[:-1] if every_row_sampled else np.flatnonzero(sample)
+            decode_only = every_row_sampled and all([s.num_outputs for s in seqs])
         else:
+            query_start = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(num_new, out=query_start[1:])
             input_ids = [t for s in seqs for t in s.token_ids[s.num_computed : s.seq_len]]
             seq_index = np.repeat(np.arange(n), num_new)
             positions = np.arange(len(input_ids)) + (num_computed - query_start[:-1])[seq_index]
             token_rows = rows[seq_index]
-        sample = [s.sample for s in seqs]
-        sample_rows = query_start[1:] - 1 if all(sample) else query_start[1:][sample] - 1
-        seq_lens = num_computed + num_new
+            sample_rows = query_start[1:] - 1 if every_row_sampled else query_start[1:][sample] - 1
+            seq_lens = query_start[1:] - query_start[:-1] + num_computed
+            decode_only = False
         if num_steps > 1:
             # decodes only: forward k runs each sequence k positions on, except that one reaching
             # max_tokens inside the window repeats its last output's slot (those tokens are dropped)
@@ -226,28 +173,22 @@ class InputBuffers:
         slots = table[token_rows, positions // bs] * bs + positions % bs
         num_tokens, num_feed = len(input_ids), len(batch.feed_rows)
         layout = StepLayout(
-            n, num_tokens, num_steps, int(num_blocks.max()), len(sample_rows), num_feed, batch.is_decode_only
+            n, num_tokens, num_steps, int(num_blocks.max()), len(sample_rows), num_feed, decode_only
         )
-        sizes, starts = layout.sections()
-        host = self._host(starts[-1]).numpy()
-        ids_h, positions_h, seq_lens_h, query_start_h, sample_rows_h, tables_h, slots_h, rows_h, cols_h = (
-            host[start : start + size] for start, size in zip(starts, sizes, strict=False)
-        )
-        row_t, row_n, width = _padded(num_tokens), _padded(n), layout.width
+        host, views = self._fill_views(layout)
+        ids_h, positions_h, seq_lens_h, query_start_h, sample_rows_h, tables_h, slots_h, rows_h, cols_h = host
         ids_h[:] = input_ids
-        positions_h.reshape(num_steps, row_t)[:, :num_tokens] = positions
-        seq_lens_h.reshape(num_steps, row_n)[:, :n] = seq_lens
+        positions_h[:] = positions
+        seq_lens_h[:] = seq_lens
         query_start_h[:] = query_start
         sample_rows_h[:] = sample_rows
-        np.take(self.block_tables.table[:, :width], rows, axis=0, out=tables_h.reshape(n, width))
-        slots_h.view(np.int64).reshape(num_steps, row_t)[:, :num_tokens] = slots
+        np.take(table[:, : layout.width], rows, axis=0, out=tables_h)
+        slots_h[:] = slots
         if num_feed:
             rows_h[:], cols_h[:] = batch.feed_rows, batch.feed_cols
-        self.packed = self._send(starts[-1])
+        self._send()
         self.layout = layout
-        if self._views is None or self._views[0] != layout:
-            self._views = (layout, unpack(self.packed, layout))
-        inputs, feed_rows, feed_cols = self._views[1]
+        inputs, feed_rows, feed_cols = views
         if num_steps == 1:
             inputs.host_lens = (query_start, seq_lens)
         if num_feed:
@@ -255,6 +196,43 @@ class InputBuffers:
             # the step in flight's sampled tokens, on the device, without a host round trip
             inputs.input_ids[feed_rows] = batch.feed_tokens[-1, feed_cols].to(inputs.input_ids.dtype)
         return inputs
+
+    def _arange(self, size: int) -> np.ndarray:
+        if self._range.size < size:
+            self._range = np.arange(max(size, 2 * self._range.size))
+        return self._range[:size]
+
+    def _fill_views(self, layout: StepLayout) -> tuple[list[np.ndarray], tuple]:
+        """This step's host buffer, as one array per section shaped as the step writes it, and the
+        model inputs as views of the device buffer it is sent to. A steady decode keeps its layout for
+        block_size steps: both sets of views are then the last ones, since building them costs more
+        than filling them."""
+        sizes, starts = layout.sections()
+        total = starts[-1]
+        host = self._host(total)
+        if self._on_cuda and total > self._device_buf.numel():
+            self._device_buf = torch.empty(
+                max(total, 2 * self._device_buf.numel()), dtype=torch.int32, device=self.device
+            )
+        cached = self._host_views[self._turn]
+        if cached is None or cached[0] != layout or cached[1] is not host:
+            h = host.numpy()
+            n, t, k = layout.num_seqs, layout.num_tokens, layout.num_steps
+            ids, positions, seq_lens, query_start, sample_rows, tables, slots, rows, cols = (
+                h[start : start + size] for start, size in zip(starts, sizes, strict=False)
+            )
+            row_t, row_n = _padded(t), _padded(n)
+            sections = [ids, positions.reshape(k, row_t)[:, :t], seq_lens.reshape(k, row_n)[:, :n]]
+            sections += [query_start, sample_rows, tables.reshape(n, layout.width)]
+            sections += [slots.view(np.int64).reshape(k, row_t)[:, :t], rows, cols]
+            if k == 1:  # written from 1D arrays
+                sections[1], sections[2], sections[6] = sections[1][0], sections[2][0], sections[6][0]
+            cached = self._host_views[self._turn] = (layout, host, sections, host[:total])
+        under = self._device_buf if self._on_cuda else host
+        if self._views is None or self._views[0] != layout or self._views[1] is not under:
+            device = self._device_buf[:total] if self._on_cuda else cached[3]
+            self._views = (layout, under, device, unpack(device, layout))
+        return cached[2], self._views[3]
 
     def _host(self, size: int) -> torch.Tensor:
         """This step's host buffer, free to fill and holding at least size entries."""
@@ -266,18 +244,12 @@ class InputBuffers:
             host = self._hosts[self._turn] = self._host_buffer(max(size, 2 * host.numel()))
         return host
 
-    def _send(self, total: int) -> torch.Tensor:
-        host = self._hosts[self._turn][:total]
-        if not self._on_cuda:
-            return host  # the CPU computes straight from the host buffer
-        if total > self._device_buf.numel():
-            self._device_buf = torch.empty(
-                max(total, 2 * self._device_buf.numel()), dtype=torch.int32, device=self.device
-            )
-        device = self._device_buf[:total]
-        device.copy_(host, non_blocking=True)
-        self._copied[self._turn].record()
-        return device
+    def _send(self) -> None:
+        """The host buffer just filled to the device: one non-blocking copy, from pinned memory."""
+        self.packed = self._views[2]
+        if self._on_cuda:
+            self.packed.copy_(self._host_views[self._turn][3], non_blocking=True)
+            self._copied[self._turn].record()
 
 
 def prepare_inputs(batch: ScheduledBatch, block_size: int, device: torch.device) -> ModelInput:

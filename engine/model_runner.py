@@ -100,10 +100,13 @@ class ModelRunner:
         the host between them; on the CPU a forward runs when the caller asks for its tokens, so it has
         the ones before in hand first."""
         with torch.inference_mode():
-            sampled_seqs = [s for s in batch.seqs if s.sample]
             window = self.inputs.prepare(batch)  # every forward's inputs, in one copy
-            self.sampler.prepare(sampled_seqs, batch.num_steps)
-            use_graphs = self.graphs is not None and self.graphs.handles(batch)
+            layout = self.inputs.layout
+            seqs = batch.seqs
+            self.sampler.prepare(
+                seqs if layout.num_sample == len(seqs) else [s for s in seqs if s.sample], batch.num_steps
+            )
+            use_graphs = self.graphs is not None and self.graphs.handles(layout)
             self.group.send_step(self.inputs.packed, self.inputs.layout, use_graphs)
             if before_launch is not None:
                 before_launch()
@@ -115,17 +118,25 @@ class ModelRunner:
                 if step:
                     self.group.send_tokens(launched[-1].device)
                 inputs = window.next_forward(step, launched[-1].device) if step else window
-                launched.append(forward_tokens(self.sampler(self.logits(inputs, use_graphs), step)))
+                launched.append(forward_tokens(self._sample(inputs, use_graphs, step)))
             if lazy:
                 yield launched[-1]
         if not lazy:
             yield from launched
 
+    def _sample(self, inputs: ModelInput, use_graphs: bool, step: int) -> torch.Tensor:
+        """One forward and its sampled tokens; a graph's own argmax serves the greedy rows."""
+        if not use_graphs:
+            return self.sampler(self.logits(inputs, use_graphs), step)
+        with self._forward_range:
+            logits, greedy = self.graphs.run(inputs)
+        return self.sampler(logits, step, greedy)
+
     def logits(self, inputs: ModelInput, use_graphs: bool) -> torch.Tensor:
         """One forward: logits of the sampled rows (on a worker rank: its vocabulary slice)."""
         with self._forward_range:
             if use_graphs:
-                return self.graphs.run(inputs)
+                return self.graphs.run(inputs)[0]
             attn, backends = inputs.attn, nullcontext()
             if not attn.decode_only:
                 sdpa = self.config.prefill_attention == "sdpa"
@@ -173,6 +184,8 @@ class ModelRunner:
             max_blocks_per_seq=-(-self.max_model_len // self.block_size),
             pad_block=self.num_blocks,
             block_size=self.block_size,
+            # a worker rank samples nothing: its logits are a vocabulary slice
+            argmax=self.sampler.argmax if self.group.rank == 0 else None,
         )
         graphs.capture()
         return graphs

@@ -30,14 +30,17 @@ class OutputProcessor:
         sequence in batch order."""
         now = time.perf_counter()
         one_row = len(sampled) == 1
-        # one entry per sampling sequence: its token, or its tokens of these forwards
-        columns = iter(sampled[0] if one_row else zip(*sampled, strict=True)) if sampled else iter(())
+        entries = scheduled.batch.seqs
+        # one per sampling sequence: its token, or its tokens of these forwards
+        columns = (sampled[0] if one_row else list(zip(*sampled, strict=True))) if sampled else []
+        if len(columns) != len(entries):  # some entries are prompt chunks that sample nothing
+            it = iter(columns)
+            columns = [next(it) if entry.sample else None for entry in entries]
         outputs: list[RequestOutput] = []
         finished: list[Sequence] = []
         eos = self.eos_token_id
         block_size = self.block_manager.block_size
-        for seq, entry in zip(scheduled.seqs, scheduled.batch.seqs, strict=True):
-            column = next(columns) if entry.sample else None
+        for seq, entry, column in zip(scheduled.seqs, entries, columns, strict=True):
             # finished meanwhile: aborted, or stopped by the step before (async) and this token is extra
             if seq.status is _FINISHED:
                 continue

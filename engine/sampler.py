@@ -10,14 +10,17 @@ on what it knows itself. The token readback stays the step's one sync."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from types import ModuleType
 
 import torch
 
 from engine.batch import ScheduledSeq
+from engine.request import SamplingParams
 from kernels import reference
 
 _SEED_STRIDE = 1_000_003  # spreads (seed, step) pairs so neighbouring seeds do not share streams
+_SAMPLING = attrgetter("sampling")
 
 
 def _draw_generator(seed: int, num_outputs: int, device: torch.device) -> torch.Generator:
@@ -95,6 +98,10 @@ class Sampler:
         self._floats = _DeviceValues(torch.float32, device)
         self._ints = _DeviceValues(torch.int64, device)
         self._window = _Window()
+        # the sampling params of the last batch prepared, and whether each of its rows is plain greedy
+        # (no temperature, no min_tokens): a steady decode batch keeps them, and then builds nothing
+        self._samplings: list[SamplingParams] = []
+        self._plain = True
         # a device value to mask with: a Python float would reach index_put_ as a host tensor
         self._neg_inf = torch.full((), float("-inf"), device=device)
 
@@ -102,6 +109,15 @@ class Sampler:
         """Send the parameters of the sampled sequences `seqs` (in row order) for a window of
         num_steps forwards, before the first is launched; each forward adds one to every sequence's
         output count."""
+        samplings = list(map(_SAMPLING, seqs))
+        if samplings != self._samplings:  # identical objects compare without a call
+            self._samplings = samplings
+            self._plain = not any(p.temperature > 0 or p.min_tokens > 0 for p in samplings)
+        if self._plain:
+            window = self._window
+            if window.random_rows or window.num_rows != len(seqs) or window.masked != [False] * num_steps:
+                self._window = _Window(num_rows=len(seqs), masked=[False] * num_steps)
+            return
         random_rows = [i for i, s in enumerate(seqs) if s.sampling.temperature > 0]
         params = [seqs[i].sampling for i in random_rows]
         mixed = 0 < len(random_rows) < len(seqs)
@@ -151,20 +167,25 @@ class Sampler:
                 cells.append((step, rows, [t for _, stop_ids in now for t in stop_ids]))
         return masked, cells
 
-    def __call__(self, logits: torch.Tensor, step: int = 0) -> torch.Tensor:
+    def __call__(
+        self, logits: torch.Tensor, step: int = 0, greedy: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """logits [n, vocab] of the sequences last prepared, in order; step = forwards already run in
-        the window. Returns [n] int64 token ids."""
+        the window; greedy: the argmax of logits when the forward computed it already (a CUDA graph
+        does). Returns [n] int64 token ids."""
         window = self._window
         assert logits.shape[0] == window.num_rows, "sampling rows that were not prepared"
+        if window.masked[step]:
+            greedy = None  # masked logits may have another argmax
         if window.random_rows or window.masked[step]:
             logits = logits.float()
             if step in window.stop_cells:
                 logits.index_put_(window.stop_cells[step], self._neg_inf)
         if not window.random_rows:
-            return self.argmax(logits)
+            return self.argmax(logits) if greedy is None else greedy
         if window.random_index is None:  # every row samples
             return self._sample_random(logits, step)
-        greedy = self.argmax(logits)
+        greedy = self.argmax(logits) if greedy is None else greedy
         sampled = self._sample_random(logits.index_select(0, window.random_index), step)
         return greedy.index_copy_(0, window.random_index, sampled)
 

@@ -93,25 +93,22 @@ class Scheduler:
         return min(max_len - 1 + self.lookahead, max_len)
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
-        running = self.running
         block_size = self.block_manager.block_size
-        i = 0
-        while i < len(running) and budget > 0:
-            seq = running[i]
+        for seq in self.running:  # a preemption pops from the end: the loop never reaches a victim
+            if budget <= 0:
+                break
             num_tokens = len(seq.token_ids)
             if num_tokens >= seq.max_len:
-                i += 1
                 continue  # every output is scheduled (async): it finishes once they are read back
-            num_new = min(num_tokens - seq.num_computed, budget)
-            num_tokens = seq.num_computed + num_new
+            num_computed = seq.num_computed
+            num_new = min(num_tokens - num_computed, budget)
             # most decodes still fit in their last block and skip the block manager
-            if num_tokens > len(seq.block_table) * block_size and not self._allocate_or_preempt(
-                seq, num_tokens
+            if num_computed + num_new > len(seq.block_table) * block_size and not self._allocate_or_preempt(
+                seq, num_computed + num_new
             ):
                 break  # seq preempted itself: it was the newest, nothing runs after it
-            _add(out, seq, num_new)
+            _add(out, seq, num_new, num_tokens)
             budget -= num_new
-            i += 1
         return budget
 
     def _allocate_or_preempt(self, seq: Sequence, num_tokens: int) -> bool:
@@ -150,7 +147,7 @@ class Scheduler:
             seq.num_computed = num_computed
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
-            _add(out, seq, num_new)
+            _add(out, seq, num_new, len(seq.token_ids))
             budget -= num_new
 
     def advance(self, out: SchedulerOutput) -> None:
@@ -198,12 +195,12 @@ class Scheduler:
 _PLACEHOLDER = 0  # any valid token id: the model runner overwrites it on the device
 
 
-def _add(out: SchedulerOutput, seq: Sequence, num_new: int) -> None:
-    num_tokens = len(seq.token_ids)
+def _add(out: SchedulerOutput, seq: Sequence, num_new: int, num_tokens: int) -> None:
+    num_computed = seq.num_computed
     if seq.num_pending:
         # a decode whose input token was sampled by the step still in flight. The feed replaces only
         # that one input: any other placeholder would run as token _PLACEHOLDER
-        assert num_new == 1 and seq.num_computed == num_tokens - 1, f"{seq}: {num_new} new with placeholders"
+        assert num_new == 1 and num_computed == num_tokens - 1, f"{seq}: {num_new} new with placeholders"
         out.batch.feed_rows.append(out.num_tokens)
         out.batch.feed_cols.append(seq.pending_col)
     out.num_tokens += num_new
@@ -211,11 +208,11 @@ def _add(out: SchedulerOutput, seq: Sequence, num_new: int) -> None:
     entry = ScheduledSeq(
         seq.seq_id,
         seq.token_ids,
-        seq.num_computed,
+        num_computed,
         num_new,
         seq.block_table,
         seq.params,
-        seq.num_computed + num_new == num_tokens,  # sample
+        num_computed + num_new == num_tokens,  # sample
         num_tokens - seq.num_prompt_tokens,  # num_outputs
     )
     out.batch.seqs.append(entry)

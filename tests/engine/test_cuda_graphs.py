@@ -63,16 +63,22 @@ def graphs_for(model, caches) -> DecodeGraphs:
     return DecodeGraphs(model, caches, SIZES, MAX_BLOCKS_PER_SEQ, pad_block=NUM_BLOCKS, block_size=BLOCK)
 
 
+def layout_of(batch: ScheduledBatch):
+    buffers = InputBuffers(BLOCK, torch.device("cpu"))
+    buffers.prepare(batch)
+    return buffers.layout
+
+
 def test_handles_only_decode_batches_that_fit_a_bucket(model):
     graphs = graphs_for(model, kv_caches(model))
-    assert graphs.handles(decode_batch(3, seed=0))
-    assert not graphs.handles(decode_batch(9, seed=0))  # past the largest bucket
+    assert graphs.handles(layout_of(decode_batch(3, seed=0)))
+    assert not graphs.handles(layout_of(decode_batch(9, seed=0)))  # past the largest bucket
     prefill = decode_batch(2, seed=0)
     prefill.seqs[0].num_outputs = 0  # the last prompt token, not a decode
-    assert not graphs.handles(prefill)
+    assert not graphs.handles(layout_of(prefill))
     not_sampled = decode_batch(2, seed=0)
     not_sampled.seqs[1].sample = False
-    assert not graphs.handles(not_sampled)
+    assert not graphs.handles(layout_of(not_sampled))
 
 
 def test_load_pads_to_the_bucket_and_resets_stale_rows(model):

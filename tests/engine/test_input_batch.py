@@ -7,7 +7,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from engine.batch import ScheduledBatch, ScheduledSeq
-from engine.input_batch import BlockTables, InputBuffers
+from engine.block_tables import BlockTables
+from engine.input_batch import InputBuffers
 from engine.request import SamplingParams
 
 BLOCK = 4
@@ -168,6 +169,34 @@ def test_persistent_block_tables_follow_growth_preemption_reordering_and_turnove
                 table += tables.fresh(1)
     rows, width = buffers.block_tables.table.shape
     assert rows > 4 and width > 2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_steady_batch_keeps_its_rows_and_each_row_equals_its_table(seed):
+    """The same tables step after step (a steady decode) keep their rows; tables grow at random, and
+    one is sometimes replaced by a new list of the same blocks (freed, then refilled): every row
+    read back equals its table, as a build from scratch gives."""
+    rng = random.Random(seed)
+    block_tables = BlockTables(rows=4, width=2)
+    lists = [[rng.randrange(0, 1000)] for _ in range(6)]
+    seqs = [ScheduledSeq(i, [1], 0, 1, table, SamplingParams(), sample=True) for i, table in enumerate(lists)]
+    first_rows, _ = block_tables.rows(seqs)
+    for _ in range(60):
+        for s in seqs:
+            if rng.random() < 0.2:
+                s.block_table.append(rng.randrange(0, 1000))
+        if rng.random() < 0.2:
+            s = rng.choice(seqs)
+            s.block_table = list(s.block_table)  # equal blocks, another list
+        rows, lengths = block_tables.rows(seqs)
+        assert lengths.tolist() == [len(s.block_table) for s in seqs]
+        assert [block_tables.table[r, :n].tolist() for r, n in zip(rows, lengths, strict=True)] == [
+            s.block_table for s in seqs
+        ]
+        fresh = BlockTables(rows=4, width=2)
+        fresh_rows, _ = fresh.rows(seqs)
+        assert (fresh.table[fresh_rows, : lengths.max()] == block_tables.table[rows, : lengths.max()]).all()
+        assert rows.tolist() == first_rows.tolist()
 
 
 @pytest.mark.parametrize("num_steps", [1, 4])

@@ -114,6 +114,26 @@ def test_min_tokens_masks_eos_and_stop_tokens():
     assert sample(sampler, logits.clone(), [seq(0, min_tokens=3, ignore_eos=True)]).item() == 7
 
 
+def test_a_forward_s_own_argmax_serves_greedy_rows_unless_they_are_masked():
+    """A CUDA graph hands its argmax over: an all-greedy window returns it as is, a mixed one fills
+    its random rows in, and a masked row (min_tokens) has it recomputed from the masked logits.
+    Switching the batch between these keeps no stale window."""
+    logits = torch.full((2, 16), -5.0)
+    logits[:, EOS], logits[:, 9] = 10.0, 8.0
+    own = torch.tensor([11, 12])  # not the argmax: shows which rows took it
+    sampler = make(vocab=16)
+    plain = [seq(1), seq(1)]
+    sampler.prepare(plain)
+    assert sampler(logits.clone(), 0, own.clone()).tolist() == [11, 12]
+    assert sampler(logits.clone(), 0).tolist() == [EOS, EOS]
+    sampler.prepare([seq(1), seq(1, temperature=1.0, top_k=1)])  # as many rows, one random now
+    assert sampler(logits.clone(), 0, own.clone()).tolist() == [11, EOS]
+    sampler.prepare([seq(1), seq(1, min_tokens=3)])
+    assert sampler(logits.clone(), 0, own.clone()).tolist() == [EOS, 9]
+    sampler.prepare(plain, num_steps=2)  # plain again, a window of two
+    assert [sampler(logits.clone(), k, own.clone()).tolist() for k in range(2)] == [[11, 12]] * 2
+
+
 def test_no_sampled_rows():
     assert sample(make(vocab=16), torch.zeros(0, 16), []).shape == (0,)
 
