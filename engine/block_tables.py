@@ -4,9 +4,13 @@ batch holds the same tables step after step, and gains a block in one of every b
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from engine.batch import ScheduledSeq
+
+_versions = itertools.count(1)  # shared by every instance, so two never hand out the same version
 
 
 class BlockTables:
@@ -24,6 +28,9 @@ class BlockTables:
         # the last batch's tables, their rows and lengths: the next batch of the same tables skips
         # finding its rows
         self._last: tuple[list[list[int]], np.ndarray, np.ndarray] = ([], np.zeros(0, np.int64), np.zeros(0))
+        # changes whenever a batch's tables differ from the last batch's, in order or in content: a
+        # CUDA graph's static copy of them is still right while it holds
+        self.version = next(_versions)
 
     def rows(self, seqs: list[ScheduledSeq]) -> tuple[np.ndarray, np.ndarray]:
         """The row of each sequence's table, brought up to date, and each table's length. When the
@@ -36,6 +43,7 @@ class BlockTables:
         if tables == self._last[0]:
             _, rows_np, filled = self._last
         else:
+            self.version = next(_versions)
             rows = list(map(self._row_of.get, map(id, tables)))
             if None in rows:
                 self._add(tables, rows)
@@ -45,6 +53,7 @@ class BlockTables:
             self._widen(int(lengths.max()))
         grown = np.flatnonzero(lengths != filled)
         if grown.size:
+            self.version = next(_versions)
             for i in grown.tolist():
                 start = int(filled[i])
                 self.table[rows_np[i], start : lengths[i]] = tables[i][start:]

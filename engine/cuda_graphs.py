@@ -6,8 +6,8 @@ replayed; larger batches and batches with prefill tokens run eagerly. The graph 
 argmax of its logits, so an all-greedy step samples without a launch of its own.
 
 A graph replays fixed addresses and shapes, so its inputs live in static buffers sized for the largest
-bucket: each replay copies the step's inputs into them (three device-to-device copies for a
-single-step decode: ids, positions and lengths together, then slots, then block tables). The block
+bucket: each replay copies the step's inputs into them (device-to-device copies for a single-step
+decode: ids, positions and lengths together, then slots, then block tables when they changed). The block
 tables are as wide as max_model_len allows, which also keeps the decode kernel's split count (derived
 from that width) fixed. Padding rows write their K/V into a spare block no sequence owns and attend to
 that one row."""
@@ -70,6 +70,7 @@ class DecodeGraphs:
         # the last step's views: ((num_seqs, width), its slices of the static inputs), (num_seqs, outputs)
         self._targets: tuple = ((0, 0),)
         self._outputs: tuple = (0, None, None)
+        self._tables_version: int | None = None  # of the block tables last copied in
 
     def handles(self, layout: StepLayout) -> bool:
         """Graphs serve decode steps (every row sampled) that fit a bucket."""
@@ -95,7 +96,10 @@ class DecodeGraphs:
             positions.copy_(inputs.positions, non_blocking=True)
             seq_lens.copy_(attn.seq_lens, non_blocking=True)
         slots.copy_(attn.slot_mapping, non_blocking=True)
-        tables.copy_(attn.block_tables, non_blocking=True)
+        # a steady decode's tables change once every block_size steps: until then the static copy holds
+        if inputs.tables_version is None or inputs.tables_version != self._tables_version:
+            tables.copy_(attn.block_tables, non_blocking=True)
+            self._tables_version = inputs.tables_version
         # rows past the batch may hold an earlier, larger batch's slots: point their writes back
         # at the spare block (stale lengths and tables only cause harmless reads). Only when the
         # batch shrank: a steady decode batch launches no fill

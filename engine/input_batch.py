@@ -43,11 +43,13 @@ class ModelInput:
     # a single-step batch's row offsets [B + 1] and lengths [B] on the host, where input preparation
     # computed them: a prefill split is planned from these without reading the device back
     host_lens: tuple[np.ndarray, np.ndarray] | None = None
+    # equal for two steps whose block tables are equal (BlockTables.version); None: unknown
+    tables_version: int | None = None
 
     def next_forward(self, step: int, sampled: torch.Tensor) -> ModelInput:
         """Forward `step` (>= 1) of a multi-step window: its input tokens are those just sampled."""
         positions, attn = self.later[step - 1]
-        return ModelInput(sampled, positions, attn, self.sample_rows)
+        return ModelInput(sampled, positions, attn, self.sample_rows, tables_version=self.tables_version)
 
 
 class StepLayout(NamedTuple):
@@ -189,6 +191,7 @@ class InputBuffers:
         self._send()
         self.layout = layout
         inputs, feed_rows, feed_cols = views
+        inputs.tables_version = self.block_tables.version
         if num_steps == 1:
             inputs.host_lens = (query_start, seq_lens)
         if num_feed:

@@ -106,6 +106,30 @@ def test_load_pads_to_the_bucket_and_resets_stale_rows(model):
     assert graphs.seq_lens[7:].tolist() == [1] and graphs.block_tables[7].tolist() == [NUM_BLOCKS] * 12
 
 
+def test_load_copies_block_tables_only_when_they_changed(model):
+    """A steady decode's tables are the static buffer's already; growing one, or another batch of the
+    same shape, copies them again."""
+    graphs = graphs_for(model, kv_caches(model))
+    buffers = InputBuffers(BLOCK, torch.device("cpu"))
+    batch = decode_batch(3, seed=5)
+    graphs.load(buffers.prepare(batch))
+    graphs.block_tables[0, 0] = -7  # shows whether the next load copies the tables
+    for s in batch.seqs:  # the next decode: one more token, the same table lists
+        s.token_ids.append(5)
+        s.num_computed += 1
+    graphs.load(buffers.prepare(batch))
+    assert graphs.block_tables[0, 0].item() == -7
+    batch.seqs[1].block_table.append(NUM_BLOCKS - 1)
+    graphs.load(buffers.prepare(batch))
+    assert [graphs.block_tables[row, : len(s.block_table)].tolist() for row, s in enumerate(batch.seqs)] == [
+        s.block_table for s in batch.seqs
+    ]
+    graphs.block_tables[0, 0] = -7
+    other = decode_batch(3, seed=6)
+    graphs.load(buffers.prepare(other))
+    assert graphs.block_tables[0, : len(other.seqs[0].block_table)].tolist() == other.seqs[0].block_table
+
+
 def test_load_takes_a_later_forward_of_a_window_with_its_sampled_tokens(model):
     """A single-step decode loads ids, positions and lengths in one copy; a window's later forward,
     whose ids are the tokens just sampled, loads them one by one."""
