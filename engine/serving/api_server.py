@@ -16,7 +16,7 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 
@@ -32,7 +32,7 @@ from engine.serving.protocol import (
     DetokenizeRequest,
     TokenizeRequest,
 )
-from engine.serving.responses import Shape, error_body, event_stream, whole_response
+from engine.serving.responses import EventStreamResponse, Shape, error_body, event_stream, whole_response
 from engine.serving.tokenizer import TextTokenizer, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -168,7 +168,7 @@ async def _generate(
         if not streaming:  # whatever is left in the engine has nobody to go to
             generation.abort()
     include_usage = body.stream_options is not None and body.stream_options.include_usage
-    return StreamingResponse(
+    return EventStreamResponse(
         event_stream(shape, generation, first, deltas, include_usage), media_type="text/event-stream"
     )
 

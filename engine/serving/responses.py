@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import msgspec
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from engine.serving.engine_loop import EngineDeadError
 from engine.serving.generation import Choice, ClientGone, Generation, RequestRejected
@@ -22,6 +24,16 @@ def error_body(message: str, status: int, kind: str = "BadRequestError") -> dict
 
 def event(data: dict) -> bytes:
     return b"data: " + encode(data) + b"\n\n"
+
+
+class EventStreamResponse(StreamingResponse):
+    """Starlette's streaming response without its second task per request listening for the client
+    to leave (a task group, two tasks and a cancel scope, under uvicorn's ASGI 2.3): the Generation's
+    own watcher already holds one receive() per request and ends the stream with ClientGone, and
+    uvicorn drops what is sent after a disconnect."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.stream_response(send)
 
 
 class Shape:
