@@ -6,8 +6,12 @@ handed to the event loop), plus each step's host CPU and device milliseconds."""
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
+from collections.abc import Iterator
+from itertools import accumulate
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import HistogramMetricFamily
 
 from engine.timing import StepRecord
 
@@ -31,7 +35,8 @@ class ServerMetrics:
         )  # fmt: skip
         buckets = {"buckets": LATENCY_BUCKETS_S, **labels}
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Arrival to first token", **buckets)
-        self.itl = Histogram("vllm:inter_token_latency_seconds", "Between two outputs", **buckets)
+        itl = "vllm:inter_token_latency_seconds"
+        self.itl = GapHistogram(itl, "Between two outputs", model, self.registry)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Arrival to last token", **buckets)
         step = {"buckets": STEP_BUCKETS_MS, **labels}
         self.step_cpu = Histogram("llmbench:step_cpu_ms", "Host milliseconds per engine step", **step)
@@ -64,8 +69,29 @@ class ServerMetrics:
             return
         self.ttft.labels(model).observe(handed[0] - queued)
         self.e2e.labels(model).observe(handed[-1] - queued)
-        itl = self.itl.labels(
-            model
-        )  # once: labels() costs a lock and a lookup, a request has hundreds of gaps
-        for before, after in zip(handed[:-1], handed[1:], strict=True):
-            itl.observe(after - before)
+        self.itl.observe_gaps(handed)
+
+
+class GapHistogram:
+    """A histogram of the gaps between successive times, filled a request at a time: a Histogram's
+    observe() per gap (a lock per bucket and sum) cost 1.5 us of server CPU per streamed token.
+    Only the event loop touches it (filling it, and /metrics reading it)."""
+
+    def __init__(self, name: str, documentation: str, model: str, registry: CollectorRegistry):
+        self.name, self.documentation, self.model = name, documentation, model
+        self.counts = [0] * (len(LATENCY_BUCKETS_S) + 1)  # the last: past every bound (+Inf)
+        self.sum = 0.0
+        registry.register(self)
+
+    def observe_gaps(self, times: list[float]) -> None:
+        counts = self.counts
+        for before, after in zip(times[:-1], times[1:], strict=True):
+            counts[bisect_left(LATENCY_BUCKETS_S, after - before)] += 1  # le: gap <= bound
+        if len(times) > 1:
+            self.sum += times[-1] - times[0]
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=["model_name"])
+        bounds = [*(str(float(b)) for b in LATENCY_BUCKETS_S), "+Inf"]
+        family.add_metric([self.model], list(zip(bounds, accumulate(self.counts), strict=True)), self.sum)
+        yield family
