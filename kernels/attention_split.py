@@ -66,16 +66,22 @@ class SdpaGroup:
     rows: Rows  # the group's token rows, sequence after sequence
 
 
+# A part's block tables and lengths are its sequences' rows of the step's, gathered once per forward
+# (not once per layer: an eager forward is launch-bound, and 32 layers share them).
+
+
 @dataclass
 class DecodePart:
     rows: Rows  # the one token row of each decode
-    seqs: torch.Tensor  # their sequences (rows of the block tables and lengths)
+    block_tables: torch.Tensor
+    seq_lens: torch.Tensor
 
 
 @dataclass
 class PagedPart:
     rows: Rows  # token rows
-    seqs: torch.Tensor  # their sequences
+    block_tables: torch.Tensor
+    seq_lens: torch.Tensor
     query_start: torch.Tensor  # [n + 1] int32 row offsets within `rows`
 
 
@@ -110,11 +116,16 @@ def _sdpa_groups(q_lens: np.ndarray, seq_lens: np.ndarray) -> list[tuple[int, np
 
 
 def plan_attention_split(
-    query_start: np.ndarray, seq_lens: np.ndarray, device: torch.device, sdpa: bool
+    query_start: np.ndarray,
+    seq_lens: np.ndarray,
+    block_tables: torch.Tensor,
+    device_seq_lens: torch.Tensor,
+    sdpa: bool,
 ) -> AttentionSplit | None:
     """The split of one forward (not decode-only) from its host-side row offsets [B + 1] and lengths
-    [B]; sdpa: give fresh prompts to SDPA. None when nothing qualifies (the paged prefill kernel then
-    serves the whole step). Index tensors travel to the device in one non-blocking copy."""
+    [B], with each part's rows of the step's block tables and lengths (on the device); sdpa: give fresh
+    prompts to SDPA. None when nothing qualifies (the paged prefill kernel then serves the whole step).
+    Index tensors travel to the device in one non-blocking copy."""
     q_lens = np.diff(query_start)
     served = np.zeros(len(q_lens), dtype=bool)
     specs, selections = [], []
@@ -137,10 +148,18 @@ def plan_attention_split(
         paged_lens = q_lens[paged_seqs]
         selections.append(_selection(_token_rows(query_start, paged_seqs)))
         selections += [paged_seqs, np.concatenate(([0], np.cumsum(paged_lens)))]
-    on_device = iter(_send(selections, device))
+    on_device = iter(_send(selections, block_tables.device))
+
+    def rows_of(seqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return block_tables.index_select(0, seqs), device_seq_lens.index_select(0, seqs)
+
     groups = [SdpaGroup(length, count, next(on_device)) for length, count in specs]
-    decodes = DecodePart(next(on_device), next(on_device)) if split_decodes else None
-    paged = PagedPart(*on_device) if len(paged_seqs) else None
+    decodes = DecodePart(next(on_device), *rows_of(next(on_device))) if split_decodes else None
+    if len(paged_seqs):
+        rows, seqs, starts = on_device
+        paged = PagedPart(rows, *rows_of(seqs), starts)
+    else:
+        paged = None
     return AttentionSplit(groups, decodes, paged)
 
 
@@ -185,8 +204,6 @@ def split_attention(
     v: torch.Tensor | None,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
     split: AttentionSplit,
     scale: float,
     ops: ModuleType,
@@ -201,25 +218,12 @@ def split_attention(
     for group in split.groups:
         rows = group.rows
         out[rows] = _causal_sdpa(_take(q, rows), _take(k, rows), _take(v, rows), group.count, scale)
-    if split.decodes is not None:
-        part = split.decodes
+    if (part := split.decodes) is not None:
         out[part.rows] = ops.paged_decode_attention(
-            _take(q, part.rows),
-            k_cache,
-            v_cache,
-            _take(block_tables, part.seqs),
-            _take(seq_lens, part.seqs),
-            scale,
+            _take(q, part.rows), k_cache, v_cache, part.block_tables, part.seq_lens, scale
         )
-    if split.paged is not None:
-        part = split.paged
+    if (part := split.paged) is not None:
         out[part.rows] = ops.paged_prefill_attention(
-            _take(q, part.rows),
-            k_cache,
-            v_cache,
-            _take(block_tables, part.seqs),
-            part.query_start,
-            _take(seq_lens, part.seqs),
-            scale,
+            _take(q, part.rows), k_cache, v_cache, part.block_tables, part.query_start, part.seq_lens, scale
         )
     return out

@@ -48,9 +48,9 @@ def split_case(
         q_lens = np.array([new_tokens] * num_prompts + [1] * num_decodes)
         query_start = np.concatenate(([0], np.cumsum(q_lens)))
         lens = np.full(num_seqs, new_tokens)
-        split = plan_attention_split(query_start, lens, q.device, sdpa)
         seq_lens = torch.from_numpy(lens).to(device=q.device, dtype=torch.int32)
-        args = (q, k, v, k_cache, v_cache, tables, seq_lens, split, HEAD_DIM**-0.5)
+        split = plan_attention_split(query_start, lens, tables, seq_lens, sdpa)
+        args = (q, k, v, k_cache, v_cache, split, HEAD_DIM**-0.5)
 
         def call():
             with sdpa_backends():  # as the model runner runs a forward

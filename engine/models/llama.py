@@ -115,7 +115,7 @@ class Attention(nn.Module):
             k = v = None
         tables, lens = attn.block_tables, attn.seq_lens
         if split is not None:
-            out = split_attention(q, k, v, k_cache, v_cache, tables, lens, split, self.scale, ops)
+            out = split_attention(q, k, v, k_cache, v_cache, split, self.scale, ops)
         elif attn.decode_only:
             out = ops.paged_decode_attention(q, k_cache, v_cache, tables, lens, self.scale)
         else:

@@ -92,7 +92,7 @@ def count_decode_splits(monkeypatch) -> list[int]:
     def counted(*args):
         split = real(*args)
         if split is not None and split.decodes is not None:
-            splits.append(len(split.decodes.seqs))
+            splits.append(len(split.decodes.seq_lens))
         return split
 
     monkeypatch.setattr(model_runner, "plan_attention_split", counted)

@@ -37,12 +37,12 @@ def _step(q_lens, cached, num_heads=4, num_kv_heads=2, head_dim=16, block_size=4
 
 def _split_and_reference(ops, q_lens, cached, sdpa=True, **shape):
     q, k, v, k_cache, v_cache, tables, query_start, seq_lens = _step(q_lens, cached, **shape)
-    split = plan_attention_split(query_start, seq_lens, q.device, sdpa)
-    assert split is not None
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    split = plan_attention_split(query_start, seq_lens, tables, lens, sdpa)
+    assert split is not None
     scale = q.shape[-1] ** -0.5
     with sdpa_backends():
-        got = split_attention(q, k, v, k_cache, v_cache, tables, lens, split, scale, ops)
+        got = split_attention(q, k, v, k_cache, v_cache, split, scale, ops)
     starts = torch.tensor(query_start, dtype=torch.int32, device=DEVICE)
     want = reference.paged_prefill_attention(q, k_cache, v_cache, tables, starts, lens, scale)
     return got, want
@@ -72,9 +72,16 @@ def test_split_with_the_triton_paged_kernel_matches_reference(monkeypatch):
 
 
 def _plan(q_lens, cached, sdpa=True):
+    """The plan on the CPU, with a device length tensor holding each sequence's index, so that a
+    part's gathered lengths (.seq_lens) name its sequences."""
     seq_lens = np.array(q_lens) + np.array(cached)
     starts = np.concatenate(([0], np.cumsum(q_lens)))
-    return plan_attention_split(starts, seq_lens, torch.device("cpu"), sdpa)
+    index = torch.arange(len(q_lens), dtype=torch.int32)
+    tables = index[:, None].repeat(1, 3)
+    split = plan_attention_split(starts, seq_lens, tables, index, sdpa)
+    for part in (split.decodes, split.paged) if split else ():
+        assert part is None or part.block_tables[:, 0].tolist() == part.seq_lens.tolist()
+    return split
 
 
 def test_plan_groups_equal_lengths_and_leaves_the_rest_to_the_paged_kernel():
@@ -84,21 +91,21 @@ def test_plan_groups_equal_lengths_and_leaves_the_rest_to_the_paged_kernel():
     assert split.groups[0].rows.tolist() == list(range(40)) + list(range(105, 145))
     assert split.groups[1].rows == slice(40, 104)
     assert split.paged.rows.tolist() == [104, *range(145, 153)]
-    assert split.paged.seqs.tolist() == [2, 4] and split.paged.query_start.tolist() == [0, 1, 9]
+    assert split.paged.seq_lens.tolist() == [2, 4] and split.paged.query_start.tolist() == [0, 1, 9]
 
 
 def test_plan_uses_views_for_adjacent_rows():
     split = _plan([1, 1, 100, 100, 100], [9, 5, 0, 0, 0])
     assert [(g.length, g.count, g.rows) for g in split.groups] == [(100, 3, slice(2, 302))]
-    assert split.paged.rows == slice(0, 2) and split.paged.seqs.tolist() == [0, 1]
+    assert split.paged.rows == slice(0, 2) and split.paged.seq_lens.tolist() == [0, 1]
 
 
 def test_plan_sends_index_arrays_on_16_byte_boundaries():
     """Triton specializes the paged kernel on pointer alignment: an odd view would compile a variant."""
     split = _plan([40, 3, 1, 40, 1, 2, 5], [0, 7, 9, 0, 4, 0, 11])
-    sent = [split.groups[0].rows, split.paged.rows, split.paged.seqs, split.paged.query_start]
+    sent = [split.groups[0].rows, split.paged.rows, split.paged.query_start]
     assert all(isinstance(t, torch.Tensor) and t.storage_offset() % 4 == 0 for t in sent)
-    assert split.paged.seqs.tolist() == [1, 2, 4, 5, 6]
+    assert split.paged.seq_lens.tolist() == [1, 2, 4, 5, 6]
     assert split.paged.query_start.tolist() == [0, 3, 4, 5, 7, 12]
 
 
@@ -116,7 +123,7 @@ def test_plan_caps_the_sdpa_calls_at_the_lengths_with_most_work():
     split = _plan(lengths, [0] * 6)
     assert len(split.groups) == attention_split.SDPA_MAX_GROUPS == 4
     assert [g.length for g in split.groups] == [102, 103, 104, 105]
-    assert split.paged.seqs.tolist() == [0, 1]
+    assert split.paged.seq_lens.tolist() == [0, 1]
 
 
 # decodes among chunks: ten at the front, then a fresh prompt, a chunk after a prefix, two more decodes
@@ -134,8 +141,8 @@ def test_decodes_split_from_a_mixed_step_match_the_paged_reference(monkeypatch, 
 def test_plan_gives_decodes_to_the_decode_kernel_and_chunks_to_the_paged_one():
     split = _plan(*DECODE_STEP, sdpa=False)
     assert split.groups == [] and split.decodes.rows.tolist() == [*range(10), 24, 25]
-    assert split.decodes.seqs.tolist() == [*range(10), 12, 13]
-    assert split.paged.rows == slice(10, 24) and split.paged.seqs.tolist() == [10, 11]
+    assert split.decodes.seq_lens.tolist() == [*range(10), 12, 13]
+    assert split.paged.rows == slice(10, 24) and split.paged.seq_lens.tolist() == [10, 11]
     assert split.paged.query_start.tolist() == [0, 9, 14]
 
 
@@ -143,7 +150,8 @@ def test_plan_leaves_a_few_decodes_in_the_paged_launch():
     few = attention_split.DECODE_MIN_SEQS - 1
     assert _plan([1] * few + [40], [5] * few + [16], sdpa=False) is None
     split = _plan([1] * (few + 1) + [40], [5] * (few + 1) + [16], sdpa=False)
-    assert split.decodes.seqs.tolist() == list(range(few + 1)) and split.paged.seqs.tolist() == [few + 1]
+    assert split.decodes.seq_lens.tolist() == list(range(few + 1))
+    assert split.paged.seq_lens.tolist() == [few + 1]
 
 
 @gpu_only
