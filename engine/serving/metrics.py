@@ -43,6 +43,8 @@ class ServerMetrics:
         self.step_gpu = Histogram("llmbench:step_gpu_ms", "Device milliseconds per engine step", **step)
         self.model = model
         self.num_blocks = 1
+        for gauge in (self.running, self.waiting, self.kv_blocks, self.kv_usage):
+            gauge.labels(model)  # listed (at 0) from the start, not only once step records arrive
 
     def observe_steps(self, records: list[StepRecord]) -> None:
         model = self.model
