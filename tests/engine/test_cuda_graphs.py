@@ -14,6 +14,7 @@ from engine.input_batch import InputBuffers
 from engine.llm_engine import LLMEngine
 from engine.loader import load_model
 from engine.request import SamplingParams
+from tests.engine.device_ops import DeviceOps
 
 BLOCK = 4
 NUM_BLOCKS = 40  # the spare (padding) block is index NUM_BLOCKS
@@ -211,6 +212,31 @@ def test_graph_replay_gives_the_eager_tokens(backend):
     assert sorted(graphed.executor.graphs.graphs) == [1, 2, 4, 8]
     assert graphed.generate(prompts, params) == expected
     graphed.shutdown()
+
+
+@cuda
+def test_a_steady_greedy_decode_step_is_three_copies_and_the_readback():
+    """Once a batch's tables are in the graph's buffers, a greedy decode step through the model
+    runner is one host-to-device copy of the packed inputs, two copies into the static buffers, the
+    replay (which samples too: its argmax is captured) and the tokens' copy to the host; no sampling
+    op, no argmax launch, no allocation. The tokens are the eager runner's."""
+    batch = decode_batch(7, seed=3)
+    eager = tiny_engine(cuda_graphs=False)
+    with torch.inference_mode():
+        eager_forwards = list(eager.executor.execute(batch))
+    torch.cuda.synchronize()
+    expected = [t.host.tolist() for t in eager_forwards]
+    eager.shutdown()
+    engine = tiny_engine(cuda_graphs=True)
+    runner = engine.executor
+    with torch.inference_mode():
+        list(runner.execute(batch))
+        with DeviceOps() as device:
+            forwards = list(runner.execute(batch))  # the same step again: same tables, same KV slots
+    torch.cuda.synchronize()
+    assert device.ops == ["copy_", "copy_", "copy_", "_to_copy"]
+    assert [t.host.tolist() for t in forwards] == expected
+    engine.shutdown()
 
 
 @cuda

@@ -4,12 +4,12 @@ import random
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.block_tables import BlockTables
 from engine.input_batch import InputBuffers
 from engine.request import SamplingParams
+from tests.engine.device_ops import DeviceOps
 
 BLOCK = 4
 
@@ -236,19 +236,6 @@ def test_fed_decodes_take_their_input_token_from_the_step_in_flight():
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-
-class DeviceOps(TorchDispatchMode):
-    """The names of the tensor ops run inside the block, views left out."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not func.is_view:
-            self.ops.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
 
 
 @cuda
