@@ -2,9 +2,9 @@
 concatenate to the decode of the whole output (cut at a stop string), across multi-byte UTF-8
 characters split over tokens and byte-fallback tokens.
 
-How: HF tokenizers' DecodeStream (vLLM's offsets, in Rust: a short window of recent ids decoded up to
-the last emitted token and up to the newest, the difference the new text, nothing while the window ends
-inside a character): 0.8-1.4 us a token where our Python doing the same with two decodes took
+How: HF tokenizers' DecodeStream (>= 0.21; vLLM's offsets in Rust: a short window of recent ids decoded
+up to the last emitted token and up to the newest, the difference the new text, nothing while the window
+ends inside a character): 1.0-1.5 us a token where our Python doing the same with two decodes took
 3.0-3.7 (synthetic llama3-8b BPE, scripts/detokenize_cost.py). The ids it still holds at the end decode
 here, the same way, with U+FFFD for an unfinished character. With stop strings, text is also held
 while its tail could still become the start of one."""
@@ -29,7 +29,10 @@ class IncrementalDetokenizer:
         self.ids = context
         # where the window of the last emitted piece began and ended: the held ids decode from there
         self.prefix_offset, self.read_offset = 0, len(context)
-        self.stream = DecodeStream(context, skip_special_tokens=True)
+        # ids one at a time: DecodeStream's prefill ids and lists came after tokenizers 0.21
+        self.stream = DecodeStream(skip_special_tokens=True)
+        for token in context:
+            self.stream.step(tokenizer.tokenizer, token)
         self.stop = [s for s in stop if s]
         self.hold = max((len(s) for s in self.stop), default=1) - 1
         # with stop strings: the output text decoded so far (cut at a stop string once one matched);
@@ -42,15 +45,17 @@ class IncrementalDetokenizer:
         """New text that is final, after these output tokens (possibly empty)."""
         if self.stopped or not token_ids:
             return ""
-        self.ids += token_ids
-        # one id as an int: the list form costs DecodeStream 0.5 us more
-        piece = self.stream.step(self.tokenizer.tokenizer, token_ids[0] if len(token_ids) == 1 else token_ids)
-        if not piece:
-            return ""
-        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        tokenizer, step, ids = self.tokenizer.tokenizer, self.stream.step, self.ids
+        pieces = []
+        for token in token_ids:
+            ids.append(token)
+            piece = step(tokenizer, token)
+            if piece:  # the stream holds no id any more
+                pieces.append(piece)
+                self.prefix_offset, self.read_offset = self.read_offset, len(ids)
         if not self.stop:
-            return piece
-        self._append(piece)
+            return "".join(pieces)
+        self._append("".join(pieces))
         return self._release(final=False)
 
     def flush(self) -> str:
