@@ -6,7 +6,12 @@ the core is another process and not counted) over the timed trials, divided by t
 
     OMP_NUM_THREADS=1 python scripts/serving_cpu.py results/cpu/serving_cpu.json [--repeat 3] [--set k=v]
 
-Run from the tree being measured: the server subprocess imports the package from the current directory."""
+Run from the tree being measured: the server subprocess imports the package from the current directory.
+To compare trees (say two `git worktree`s), --trees LABEL=DIR ... measures each --runs times,
+interleaved (run 1 of every tree, then run 2, ...), each run this script on that tree's packages, and
+writes every run's rows with each tree's commit:
+
+    OMP_NUM_THREADS=1 python scripts/serving_cpu.py OUT.json --trees before=DIR after=DIR --runs 3"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import argparse
 import json
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -62,6 +68,7 @@ def measure(overrides: list[str], repeat: int) -> dict:
         "output_throughput": run.summary["metrics"]["output_throughput"],
         "mean_itl_ms": run.summary["metrics"]["mean_itl_ms"],
         "p99_itl_ms": run.summary["metrics"]["p99_itl_ms"],
+        "mean_ttft_ms": run.summary["metrics"]["mean_ttft_ms"],
         "total_output_tokens": tokens,
     }
     if backend is not None and len(backend.cpu_s) == 2:
@@ -71,13 +78,47 @@ def measure(overrides: list[str], repeat: int) -> dict:
     return row
 
 
+def compare(trees: list[str], runs: int, repeat: int, overrides: list[str]) -> dict:
+    """Every tree's rows per run, the trees interleaved; each run is this script, run on that tree's
+    packages (its own copy may predate --trees and the figures read here)."""
+    dirs = dict(tree.split("=", 1) for tree in trees)
+    result = {label: {"tree": path, "commit": _commit(path), "runs": []} for label, path in dirs.items()}
+    sets = [arg for item in overrides for arg in ("--set", item)]
+    with tempfile.TemporaryDirectory(prefix="serving-cpu-trees-") as scratch:
+        for run in range(runs):
+            for label, path in dirs.items():
+                out = Path(scratch) / f"{label}-{run}.json"
+                command = [sys.executable, __file__, str(out), "--repeat", str(repeat), *sets]
+                # the tree's packages first, ahead of an editable install of another checkout
+                env = {**os.environ, "PYTHONPATH": str(Path(path).resolve())}
+                subprocess.run(command, cwd=path, env=env, check=True, stdout=subprocess.DEVNULL)
+                result[label]["runs"].append(json.loads(out.read_text())["rows"])
+    return result
+
+
+def _commit(tree: str) -> str:
+    return subprocess.run(
+        ["git", "-C", tree, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--trees", nargs="+", metavar="LABEL=DIR")
+    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.trees:
+        trees = compare(args.trees, args.runs, args.repeat, args.overrides)
+        result = {"command": " ".join(["python", *sys.argv]), "config": CONFIG, "trees": trees}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        for label, tree in trees.items():
+            print(label, [run["HTTP"].get("server_cpu_us_per_token") for run in tree["runs"]])
+        return
     server = ["backend.type=server", "engine.process_split=true", *args.overrides]
     rows = {
         "HTTP": measure(server, args.repeat),
