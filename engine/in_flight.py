@@ -23,17 +23,6 @@ class ForwardTokens(NamedTuple):
     copied: torch.cuda.Event | None
 
 
-def forward_tokens(tokens: torch.Tensor) -> ForwardTokens:
-    """Start the host copy of a forward's tokens, recorded right after its launch so that its event
-    fires when that forward is done, not when the window is."""
-    if not tokens.is_cuda:
-        return ForwardTokens(tokens, tokens, None)
-    host = tokens.to("cpu", non_blocking=True)  # lands in pinned memory
-    copied = torch.cuda.Event()
-    copied.record()
-    return ForwardTokens(tokens, host, copied)
-
-
 class InFlightStep:
     __slots__ = ("scheduled", "span", "streamed", "num_read", "_forwards", "_rows")
 

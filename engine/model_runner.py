@@ -16,7 +16,7 @@ import torch
 from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.config import EngineConfig
 from engine.cuda_graphs import DecodeGraphs, graph_bucket
-from engine.in_flight import ForwardTokens, forward_tokens
+from engine.in_flight import ForwardTokens
 from engine.input_batch import InputBuffers, ModelInput
 from engine.loader import load_model, model_shape, resolve_device, resolve_max_model_len
 from engine.models.llama import Group, KVCache
@@ -24,6 +24,7 @@ from engine.nvtx_ranges import nvtx_ranges, phase_range
 from engine.parallel.group import LOCAL
 from engine.request import SamplingParams
 from engine.sampler import Sampler
+from engine.token_readback import TokenReadback
 from kernels import pdl, reference
 from kernels.attention_split import plan_attention_split, sdpa_backends
 
@@ -76,6 +77,8 @@ class ModelRunner:
         )
         self._forward_range = phase_range(nvtx_ranges(), "forward")
         self.inputs = InputBuffers(self.block_size, self.device)
+        # the forwards of the step in flight and of the next one, and one spare
+        self.readback = TokenReadback(self.device, config.max_num_seqs, 2 * config.num_scheduler_steps + 1)
         self.graphs: DecodeGraphs | None = None
         free_kv_bytes = self._profile_free_memory() if self.device.type == "cuda" else None
         self.num_blocks = group.min_int(self._decide_num_blocks(free_kv_bytes))  # every rank's pool alike
@@ -118,7 +121,7 @@ class ModelRunner:
                 if step:
                     self.group.send_tokens(launched[-1].device)
                 inputs = window.next_forward(step, launched[-1].device) if step else window
-                launched.append(forward_tokens(self._sample(inputs, use_graphs, step)))
+                launched.append(self.readback(self._sample(inputs, use_graphs, step)))
             if lazy:
                 yield launched[-1]
         if not lazy:

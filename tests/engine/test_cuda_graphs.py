@@ -180,7 +180,7 @@ def test_padded_forward_matches_eager_and_writes_only_its_slots(model, num_seqs)
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-def tiny_engine(cuda_graphs: bool, backend: str = "triton") -> LLMEngine:
+def tiny_engine(cuda_graphs: bool, backend: str = "triton", **toggles) -> LLMEngine:
     return LLMEngine(
         EngineConfig(
             model=ModelConfig(preset="tiny", device="cuda", dtype="float32"),
@@ -190,6 +190,7 @@ def tiny_engine(cuda_graphs: bool, backend: str = "triton") -> LLMEngine:
             cuda_graphs=cuda_graphs,
             cuda_graph_sizes=[1, 2, 4, 8],
             attention_backend=backend,
+            **toggles,
         )
     )
 
@@ -218,8 +219,8 @@ def test_graph_replay_gives_the_eager_tokens(backend):
 def test_a_steady_greedy_decode_step_is_three_copies_and_the_readback():
     """Once a batch's tables are in the graph's buffers, a greedy decode step through the model
     runner is one host-to-device copy of the packed inputs, two copies into the static buffers, the
-    replay (which samples too: its argmax is captured) and the tokens' copy to the host; no sampling
-    op, no argmax launch, no allocation. The tokens are the eager runner's."""
+    replay (which samples too: its argmax is captured) and the tokens' copy into a pinned row of the
+    readback ring; no sampling op, no argmax launch, no allocation. The tokens are the eager runner's."""
     batch = decode_batch(7, seed=3)
     eager = tiny_engine(cuda_graphs=False)
     with torch.inference_mode():
@@ -234,8 +235,30 @@ def test_a_steady_greedy_decode_step_is_three_copies_and_the_readback():
         with DeviceOps() as device:
             forwards = list(runner.execute(batch))  # the same step again: same tables, same KV slots
     torch.cuda.synchronize()
-    assert device.ops == ["copy_", "copy_", "copy_", "_to_copy"]
+    assert device.ops == ["copy_", "copy_", "copy_", "copy_"]
     assert [t.host.tolist() for t in forwards] == expected
+    engine.shutdown()
+
+
+@cuda
+@pytest.mark.parametrize(
+    "toggles",
+    [
+        {"async_scheduling": True},
+        {"num_scheduler_steps": 4, "async_scheduling": True, "stream_multi_step": False},
+    ],
+)
+def test_graphs_with_tokens_read_a_step_late_give_the_eager_tokens(toggles):
+    """Overlapped steps keep two steps' forwards unread at once: each forward's tokens land in their own
+    row of the readback ring, and the graphs' argmax output, overwritten by every replay, is read on
+    the device before the next one."""
+    prompts = mixed_prompts(12)
+    params = [SamplingParams(max_tokens=8 + 4 * i, ignore_eos=True) for i in range(12)]
+    eager = tiny_engine(cuda_graphs=False)
+    expected = eager.generate(prompts, params)
+    eager.shutdown()
+    engine = tiny_engine(cuda_graphs=True, **toggles)
+    assert engine.generate(prompts, params) == expected
     engine.shutdown()
 
 
