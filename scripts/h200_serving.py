@@ -3,10 +3,10 @@ bundled engine in-process, and through HTTP against `llmbench serve` (backend.ty
 engine.process_split off and on. Writes OUT/serving.json with output tok/s, TPOT, ITL and GPU busy per
 variant, the HTTP/in-process throughput ratios and the command.
 
-GPU busy: the in-process run has its step log, so its figure is the usual step-span union
-(gpu_busy_step_spans). The server's steps are not visible over HTTP; its /metrics histogram
+GPU busy: every variant has its step log (a server's through its /step_records/drain), so each gets
+the usual step-span union (gpu_busy_step_spans). Beside it, the server's /metrics histogram
 llmbench:step_gpu_ms is read before the first and after the last timed trial, and every variant
-gets the same comparable figure: step GPU ms summed over the timed trials / their duration.
+gets that comparable figure too: step GPU ms summed over the timed trials / their duration.
 
     python scripts/h200_serving.py results/h200 [--repeat 3] [--set key=value ...]"""
 
@@ -46,7 +46,7 @@ class _MeteredServer(ServerBackend):
     def drain_step_records(self) -> list:
         if not self.gpu_ms:  # the runner drains once after the warm-up: the timed trials start here
             self.gpu_ms.append(self._step_gpu_ms())
-        return []
+        return super().drain_step_records()  # the server's steps: its GPU busy from step spans too
 
     def close(self) -> None:
         if self._process.poll() is None:

@@ -13,6 +13,7 @@ import socket
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import msgspec
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -96,6 +97,15 @@ def build_app(state: ServerState) -> FastAPI:
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/step_records/drain")
+    async def drain_step_records() -> Response:
+        """llmbench's own: the engine's step records since the last call, as msgpack (`backend.type:
+        server` reads them, so a run through HTTP has the in-process run's step figures)."""
+        if state.engine.dead is not None:
+            return _error(state.engine.dead, 503, "ServiceUnavailableError")
+        records = await state.engine.drain_step_records()
+        return Response(msgspec.msgpack.encode(records), media_type="application/msgpack")
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> Response:

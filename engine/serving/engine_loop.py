@@ -43,6 +43,9 @@ class EngineLoop:
         self.executor = self.engine.executor  # shape, max_model_len, num_blocks
         self.dead: str | None = None
         self._on_records = on_records
+        # step records for drain_step_records() callers, kept from the first call on (a benchmark
+        # runner drains after its warm-up and after every trial; a server nobody drains keeps none)
+        self._claimable: list[StepRecord] | None = None
         # engine request id -> its HTTP request's queue of (choice index, output, time handed over), and index
         self._routes: dict[str, tuple[asyncio.Queue, int]] = {}
         self._commands: queue.SimpleQueue[tuple] = queue.SimpleQueue()
@@ -77,6 +80,12 @@ class EngineLoop:
         self._send(("check", future))
         return await future
 
+    async def drain_step_records(self) -> list[StepRecord]:
+        """Every step record since the last call (from the engine now, not the last periodic drain)."""
+        future = self.loop.create_future()
+        self._send(("drain", future))
+        return await future
+
     def shutdown(self) -> None:
         self._running = False
         self._wake.set()
@@ -97,6 +106,15 @@ class EngineLoop:
                 del self._routes[output.request_id]
             stream, index = route
             stream.put_nowait((index, output, handed))
+
+    def _records_drained(self, records: list[StepRecord], future: asyncio.Future | None = None) -> None:
+        if records:
+            self._on_records(records)
+        if future is not None:
+            records, self._claimable = (self._claimable or []) + records, []
+            future.set_result(records)
+        elif self._claimable is not None:
+            self._claimable += records
 
     def _fail_all(self, reason: str) -> None:
         self.dead = reason
@@ -126,7 +144,7 @@ class EngineLoop:
                     last_drain = time.perf_counter()
                     records = engine.drain_step_records()
                     if records:
-                        loop.call_soon_threadsafe(self._on_records, records)
+                        loop.call_soon_threadsafe(self._records_drained, records)
         except Exception as e:  # the engine is gone; the server stays up to say so
             logger.exception("engine failed")
             loop.call_soon_threadsafe(self._fail_all, f"engine failed: {e}")
@@ -142,6 +160,9 @@ class EngineLoop:
                 self.engine.add_request(*command[1:])
             elif kind == "abort":
                 self.engine.abort(command[1])
+            elif kind == "drain":
+                records = self.engine.drain_step_records()
+                self.loop.call_soon_threadsafe(self._records_drained, records, command[1])
             else:
                 self._check(command[1])
 

@@ -16,9 +16,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
 import yaml
 
 from engine.request import RequestOutput, SamplingParams
+from engine.timing import StepRecord
 from llmbench.backends.openai import OpenAIBackend
 from llmbench.config import RunConfig
 
@@ -26,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 HEALTH_POLL_S = 0.2
 STOP_GRACE_S = 10.0  # SIGTERM, then this long for a clean exit, then SIGKILL
+STEP_RECORDS_TIMEOUT_S = 30.0
 
 
 class ServerBackend:
@@ -82,8 +85,13 @@ class ServerBackend:
     def check_empty(self) -> None:
         self._client.check_empty()
 
-    def drain_step_records(self) -> list:
-        return []  # the server's engine steps are not visible over HTTP
+    def drain_step_records(self) -> list[StepRecord]:
+        """The server's engine steps since the last drain (its own endpoint: ours, not any server's)."""
+        import httpx
+
+        response = httpx.post(f"{self.url}/step_records/drain", timeout=STEP_RECORDS_TIMEOUT_S)
+        response.raise_for_status()
+        return msgspec.msgpack.decode(response.content, type=list[StepRecord])
 
     def close(self) -> None:
         try:

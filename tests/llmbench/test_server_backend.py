@@ -16,7 +16,7 @@ from llmbench.cli import app
 from llmbench.config import parse_config
 from llmbench.report import write_report
 from llmbench.report.sections.ttft_split import PARTS, request_split
-from llmbench.results import load_requests, load_summary
+from llmbench.results import load_requests, load_steps, load_summary
 from llmbench.runner import run_benchmark
 
 # the tiny model's real forward pass on the CPU, as `llmbench serve` runs it
@@ -63,6 +63,12 @@ def test_split_server_matches_bundled_and_leaves_no_process(tmp_path, bundled):
     run_benchmark(config, tmp_path / "run", backend=backend, check=True)
     assert counts(tmp_path / "run") == counts(bundled)
     assert group_gone(pid)  # the server and its engine core
+    # the server's engine steps reach the run as in-process (the warm-up's drained away): every
+    # timed prompt token prefilled once, the step summary filled in
+    runs = (tmp_path / "run", bundled)
+    prefilled = [sum(row["num_prefill_tokens"] for row in load_steps(run)) for run in runs]
+    assert prefilled[0] == prefilled[1] == load_summary(bundled)["metrics"]["total_input_tokens"]
+    assert load_summary(tmp_path / "run")["steps"]["num_steps"] > 0
     served = {r.id: r for r in load_requests(tmp_path / "run")}
     local = {r.id: r for r in load_requests(bundled)}
     # greedy on the same weights: the ids the chunks carried (return_token_ids) are the bundled run's,
