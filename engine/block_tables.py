@@ -32,8 +32,8 @@ class BlockTables:
         # CUDA graph's static copy of them is still right while it holds
         self.version = next(_versions)
 
-    def rows(self, seqs: list[ScheduledSeq]) -> tuple[np.ndarray, np.ndarray]:
-        """The row of each sequence's table, brought up to date, and each table's length. When the
+    def rows(self, seqs: list[ScheduledSeq]) -> tuple[np.ndarray, int]:
+        """The row of each sequence's table, brought up to date, and the longest table's length. When the
         batch holds the same tables as the last one (a steady decode) their rows are known; only the
         tables that grew are written (a decode gains a block every block_size steps)."""
         tables = [s.block_table for s in seqs]
@@ -49,8 +49,9 @@ class BlockTables:
                 self._add(tables, rows)
             rows_np = np.fromiter(rows, np.int64, len(rows))
             filled = self._filled[rows_np]
-        if int(lengths.max()) > self.table.shape[1]:
-            self._widen(int(lengths.max()))
+        longest = int(lengths.max())
+        if longest > self.table.shape[1]:
+            self._widen(longest)
         grown = np.flatnonzero(lengths != filled)
         if grown.size:
             self.version = next(_versions)
@@ -59,7 +60,7 @@ class BlockTables:
                 self.table[rows_np[i], start : lengths[i]] = tables[i][start:]
             self._filled[rows_np[grown]] = lengths[grown]
         self._last = (tables, rows_np, lengths)
-        return rows_np, lengths
+        return rows_np, longest
 
     def _add(self, tables: list[list[int]], rows: list[int | None]) -> None:
         """Give each table without a row one (a table named twice in a batch gets one row)."""

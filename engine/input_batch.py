@@ -143,7 +143,7 @@ class InputBuffers:
     def prepare(self, batch: ScheduledBatch) -> ModelInput:
         seqs = batch.seqs
         n, bs, num_steps = len(seqs), self.block_size, batch.num_steps
-        rows, num_blocks = self.block_tables.rows(seqs)
+        rows, longest = self.block_tables.rows(seqs)
         num_computed = np.array([s.num_computed for s in seqs], dtype=np.int64)
         num_new = [s.num_new for s in seqs]
         sample = [s.sample for s in seqs]
@@ -172,11 +172,10 @@ class InputBuffers:
             positions = np.minimum(positions + np.arange(num_steps)[:, None], last)
             seq_lens = positions + 1
         table = self.block_tables.table
-        slots = table[token_rows, positions // bs] * bs + positions % bs
+        block_index, offset = np.divmod(positions, bs)
+        slots = table[token_rows, block_index] * bs + offset
         num_tokens, num_feed = len(input_ids), len(batch.feed_rows)
-        layout = StepLayout(
-            n, num_tokens, num_steps, int(num_blocks.max()), len(sample_rows), num_feed, decode_only
-        )
+        layout = StepLayout(n, num_tokens, num_steps, longest, len(sample_rows), num_feed, decode_only)
         host, views = self._fill_views(layout)
         ids_h, positions_h, seq_lens_h, query_start_h, sample_rows_h, tables_h, slots_h, rows_h, cols_h = host
         ids_h[:] = input_ids

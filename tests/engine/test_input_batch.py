@@ -188,14 +188,15 @@ def test_a_steady_batch_keeps_its_rows_and_each_row_equals_its_table(seed):
         if rng.random() < 0.2:
             s = rng.choice(seqs)
             s.block_table = list(s.block_table)  # equal blocks, another list
-        rows, lengths = block_tables.rows(seqs)
-        assert lengths.tolist() == [len(s.block_table) for s in seqs]
+        rows, longest = block_tables.rows(seqs)
+        lengths = [len(s.block_table) for s in seqs]
+        assert longest == max(lengths)
         assert [block_tables.table[r, :n].tolist() for r, n in zip(rows, lengths, strict=True)] == [
             s.block_table for s in seqs
         ]
         fresh = BlockTables(rows=4, width=2)
         fresh_rows, _ = fresh.rows(seqs)
-        assert (fresh.table[fresh_rows, : lengths.max()] == block_tables.table[rows, : lengths.max()]).all()
+        assert (fresh.table[fresh_rows, :longest] == block_tables.table[rows, :longest]).all()
         assert rows.tolist() == first_rows.tolist()
 
 
