@@ -178,13 +178,15 @@ def paged_decode_attention(
     seq_lens: torch.Tensor,
     scale: float,
     *,
+    out: torch.Tensor | None = None,
     num_splits: int | None = None,
 ) -> torch.Tensor:
-    """q [B, Hq, D] against each sequence's first seq_lens[b] cached tokens -> [B, Hq, D].
-    num_splits overrides the context-partition heuristic (tests and benchmarks)."""
+    """q [B, Hq, D] against each sequence's first seq_lens[b] cached tokens -> [B, Hq, D], written to
+    `out` when given (rows of a larger output: no copy afterwards). num_splits overrides the
+    context-partition heuristic (tests and benchmarks)."""
     batch, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
-    out = torch.empty_like(q)
+    out = torch.empty_like(q) if out is None else out
     if batch == 0:
         return out
     block_n = DECODE_LAUNCH["block_n"]

@@ -18,6 +18,7 @@ and decodes read it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import ModuleType
@@ -219,11 +220,19 @@ def split_attention(
         rows = group.rows
         out[rows] = _causal_sdpa(_take(q, rows), _take(k, rows), _take(v, rows), group.count, scale)
     if (part := split.decodes) is not None:
-        out[part.rows] = ops.paged_decode_attention(
-            _take(q, part.rows), k_cache, v_cache, part.block_tables, part.seq_lens, scale
-        )
+        args = (_take(q, part.rows), k_cache, v_cache, part.block_tables, part.seq_lens, scale)
+        _into(out, part.rows, ops.paged_decode_attention, args)
     if (part := split.paged) is not None:
-        out[part.rows] = ops.paged_prefill_attention(
-            _take(q, part.rows), k_cache, v_cache, part.block_tables, part.query_start, part.seq_lens, scale
-        )
+        tables, starts, lens = part.block_tables, part.query_start, part.seq_lens
+        args = (_take(q, part.rows), k_cache, v_cache, tables, starts, lens, scale)
+        _into(out, part.rows, ops.paged_prefill_attention, args)
     return out
+
+
+def _into(out: torch.Tensor, rows: Rows, kernel: Callable[..., torch.Tensor], args: tuple) -> None:
+    """A paged kernel's result into its rows of `out`: written in place when the rows are a run (one
+    launch fewer a layer than a scatter), scattered otherwise."""
+    if isinstance(rows, slice):
+        kernel(*args, out=out[rows])
+    else:
+        out[rows] = kernel(*args)

@@ -119,13 +119,15 @@ def paged_prefill_attention(
     query_start_loc: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
+    *,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q [T, Hq, D]; sequence b's queries are rows query_start_loc[b]:query_start_loc[b+1], at positions
     seq_lens[b] - q_len .. seq_lens[b] - 1, each attending causally to all of that sequence's cached K/V.
-    Returns [T, Hq, D]."""
+    Returns [T, Hq, D], written to `out` when given (rows of a larger output: no copy afterwards)."""
     num_tokens, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
-    out = torch.empty_like(q)
+    out = torch.empty_like(q) if out is None else out
     num_seqs = seq_lens.shape[0]
     if num_tokens == 0:
         return out

@@ -126,14 +126,18 @@ def paged_decode_attention(
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
+    *,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One query per sequence, at position seq_len - 1 (its own K/V already written). Batched: every
-    sequence's blocks are gathered to the longest table and rows past seq_len are masked."""
+    sequence's blocks are gathered to the longest table and rows past seq_len are masked. Written to
+    `out` when given."""
     k = k_cache[block_tables.long()].flatten(1, 2)  # [B, max_blocks * block_size, Hkv, D]
     v = v_cache[block_tables.long()].flatten(1, 2)
     key_pos = torch.arange(k.shape[1], device=q.device)
     valid = key_pos[None, :] < seq_lens[:, None]
-    return _attend(q[:, None], k, v, scale, valid[:, None, None, :])[:, 0]
+    result = _attend(q[:, None], k, v, scale, valid[:, None, None, :])[:, 0]
+    return result if out is None else out.copy_(result)
 
 
 def paged_prefill_attention(
@@ -144,11 +148,14 @@ def paged_prefill_attention(
     query_start_loc: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
+    *,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Varlen causal attention over paged K/V. Sequence b's queries are rows
     query_start_loc[b]:query_start_loc[b+1], the last q_len positions of its seq_len tokens; they see
-    the cached prefix, earlier chunks and this chunk (all already written to the cache)."""
-    out = torch.empty_like(q)
+    the cached prefix, earlier chunks and this chunk (all already written to the cache). Written to
+    `out` when given."""
+    out = torch.empty_like(q) if out is None else out
     starts = query_start_loc.tolist()
     for b, seq_len in enumerate(seq_lens.tolist()):
         start, end = starts[b], starts[b + 1]
