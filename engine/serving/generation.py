@@ -124,6 +124,11 @@ class Generation:
             watcher.cancel()
             self.abort()
 
+    @property
+    def finished(self) -> bool:
+        """Every choice has its finish reason: deltas() has nothing more to give."""
+        return not self._unfinished
+
     def abort(self) -> None:
         """Drop every choice still in the engine (a no-op for finished ones)."""
         for choice in self.choices:

@@ -90,6 +90,10 @@ async def event_stream(
     started: set[int] = set()
     # tokens whose text is held back (part of a character, maybe a stop string) ride on the next chunk
     unsent: dict[int, list[int]] = {}
+
+    def usage() -> bytes:
+        return event({**head, "choices": [], "usage": generation.usage()}) if include_usage else b""
+
     item = first
     try:
         while item is not None:
@@ -101,12 +105,18 @@ async def event_stream(
                 chunk = {**head, "choices": [body]}
                 if choice.finish_reason is not None:
                     chunk["server_timestamps"] = choice.server_timestamps()
+                if generation.finished and len(generation.choices) == 1:
+                    # its last chunk, the usage and [DONE] in one write: a send down the ASGI stack
+                    # each was 8% of a one-token request's server CPU
+                    await deltas.aclose()  # its watcher of the client goes now, not when collected
+                    yield event(chunk) + usage() + DONE
+                    return
                 yield event(chunk)
             else:
                 unsent[choice.index] = token_ids
             item = await anext(deltas, None)
         if include_usage:
-            yield event({**head, "choices": [], "usage": generation.usage()})
+            yield usage()
     except RequestRejected as e:
         yield event(error_body(str(e), 400))
     except EngineDeadError as e:

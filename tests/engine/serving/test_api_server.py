@@ -245,3 +245,19 @@ def test_a_chat_template_that_refuses_the_messages_is_a_400(server, tmp_path):
         )
     finally:
         templated.stop()
+
+
+def test_a_stream_of_several_prompts_finishing_together_ends_every_choice(server):
+    """Both choices finish in the same engine step, so one wake-up brings both final outputs: each gets
+    its finishing chunk before the usage and [DONE] (a single choice's ride in one write)."""
+    for prompts in ([[5, 6, 7], [8, 9]], [[5, 6, 7]]):
+        body = {"prompt": prompts, "max_tokens": 3, "ignore_eos": True, "stream": True}
+        body["stream_options"] = {"include_usage": True}
+        lines = httpx.post(server.url + "/v1/completions", json=body).text.splitlines()
+        events = [line[len("data: ") :] for line in lines if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        ends = {c["choices"][0]["index"]: c["choices"][0]["finish_reason"] for c in chunks if c["choices"]}
+        assert ends == dict.fromkeys(range(len(prompts)), "length")
+        assert chunks[-1]["usage"]["completion_tokens"] == 3 * len(prompts)
+    assert server.check_empty() is None
