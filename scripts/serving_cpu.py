@@ -2,7 +2,8 @@
 executor, Llama-3-8B shapes, 256 concurrent streams of 128 in / 256 out) through HTTP against
 `llmbench serve` (backend.type server, process_split on unless --set says otherwise) beside the bundled
 engine in-process. The server process's CPU (/proc utime + stime, every thread of it; with the split
-the core is another process and not counted) over the timed trials, divided by the tokens streamed.
+the core is another process and not counted) over the timed trials, divided by the tokens streamed;
+beside it the benchmark client's (this process's) the same way.
 
     OMP_NUM_THREADS=1 python scripts/serving_cpu.py results/cpu/serving_cpu.json [--repeat 3] [--set k=v]
 
@@ -47,12 +48,20 @@ class _MeteredServer(ServerBackend):
     def drain_step_records(self) -> list:
         if not self.cpu_s:  # the runner drains once after the warm-up: the timed trials start here
             self.cpu_s.append(cpu_seconds(self._process.pid))
+            self.client_s = [_own_cpu_seconds()]
         return []
 
     def close(self) -> None:
         if self._process.poll() is None:
             self.cpu_s.append(cpu_seconds(self._process.pid))
+            self.client_s.append(_own_cpu_seconds())
         super().close()
+
+
+def _own_cpu_seconds() -> float:
+    """This process's CPU: during the HTTP trials, the benchmark client's (runner and stream threads)."""
+    times = os.times()
+    return times.user + times.system
 
 
 def measure(overrides: list[str], repeat: int) -> dict:
@@ -75,6 +84,8 @@ def measure(overrides: list[str], repeat: int) -> dict:
         server_s = backend.cpu_s[1] - backend.cpu_s[0]
         row["server_cpu_s"] = round(server_s, 3)
         row["server_cpu_us_per_token"] = round(server_s / tokens * 1e6, 2)
+        client_s = backend.client_s[1] - backend.client_s[0]
+        row["client_cpu_us_per_token"] = round(client_s / tokens * 1e6, 2)
     return row
 
 
