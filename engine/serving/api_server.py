@@ -1,6 +1,6 @@
 """`llmbench serve`: an OpenAI-compatible HTTP server over the bundled engine, on FastAPI + uvicorn (the
 stack vLLM's API server runs, with uvloop and httptools as there, so the API-server cost measured here is
-representative of it: 16-17 us of server CPU per streamed token, split, on the 2-core CPU:
+representative of it: 10-14 us of server CPU per streamed token, split, on the 2-core CPU:
 scripts/serving_cpu.py).
 
 POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; GET /v1/models, /health (503 once
