@@ -9,7 +9,6 @@ every engine step and close() once at the end (llmbench's profiler window uses i
 
 from __future__ import annotations
 
-import gc
 import importlib
 import logging
 import os
@@ -24,22 +23,10 @@ import zmq
 from engine import core_messages as msg
 from engine.check import assert_engine_empty
 from engine.config import EngineConfig
+from engine.gc_heap import freeze_heap
 
 IDLE_POLL_MS = 100  # an idle core wakes this often to check that its parent is alive
 PARENT_CHECK_S = 1.0  # a busy core checks its parent at most this often
-# allocations before a young collection (Python's default: 700). A step's outputs and a request's
-# objects die within a step or two: collected every 700 allocations they are caught alive, promoted,
-# and trigger full collections of the whole heap (0.2-0.3 s each on the 2-core CPU, mid-run)
-YOUNG_GC_THRESHOLD = 50_000
-
-
-def freeze_heap() -> None:
-    """Once loading is done: what it left stays out of every later collection's scan (as vLLM's
-    engine core and API server do), and young collections run rarely enough that per-step objects
-    are freed by their reference counts first."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def run_core(inbox: str, outbox: str, parent_pid: int, log_level: int, step_hook: str | None = None) -> None:

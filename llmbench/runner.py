@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from engine.gc_heap import freeze_heap
 from engine.request import RequestOutput
 from llmbench.backends import Backend, make_backend
 from llmbench.ceilings import run_ceilings
@@ -85,6 +86,7 @@ def run_benchmark(
             first if k == 0 else build_workload(config, backend.model_info, k) for k in range(repeat)
         )
         ceilings = run_ceilings(config)  # before the first request: the device is idle
+        freeze_heap()  # as the engine core and the server do: the engines compared pay the same GC
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         run_start = time.perf_counter()
         config_dict = config.to_dict()

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from engine.config import EngineConfig, ModelConfig
+from engine.gc_heap import freeze_heap
 from engine.llm_engine import LLMEngine
 from engine.request import SamplingParams
 
@@ -45,6 +46,7 @@ def measure(num_scheduler_steps: int, gpu: bool) -> dict:
     for _ in range(5):  # prefill and warm-up
         engine.step()
     drain(engine, gpu)
+    freeze_heap()  # the garbage collector as the benchmark runner and the engine core set it
     for _ in range(FORWARDS):  # a streamed window takes one step() call per forward
         engine.step()
     records = [r for r in drain(engine, gpu) if r.num_decode_seqs == NUM_SEQS]

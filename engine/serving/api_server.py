@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 
 from engine.config import EngineConfig
-from engine.core_process import freeze_heap
+from engine.gc_heap import freeze_heap
 from engine.serving import inputs
 from engine.serving.engine_loop import EngineDeadError, EngineLoop
 from engine.serving.generation import ClientGone, Generation, RequestRejected

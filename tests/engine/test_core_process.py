@@ -13,7 +13,7 @@ import pytest
 
 from engine.config import EngineConfig, ModelConfig
 from engine.core_client import EngineCoreClient, EngineCoreError
-from engine.core_process import YOUNG_GC_THRESHOLD
+from engine.gc_heap import YOUNG_GC_THRESHOLD
 from engine.llm_engine import LLMEngine
 from engine.request import FinishReason, SamplingParams
 

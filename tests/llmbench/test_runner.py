@@ -1,3 +1,4 @@
+import gc
 import json
 
 import numpy as np
@@ -7,6 +8,7 @@ from typer.testing import CliRunner
 import llmbench
 import llmbench.backends
 import llmbench.runner
+from engine.gc_heap import YOUNG_GC_THRESHOLD
 from llmbench.backends.bundled import BundledBackend
 from llmbench.cli import app
 from llmbench.config import parse_config
@@ -210,3 +212,25 @@ def test_a_failure_before_the_first_row_names_no_run_directory(
     assert result.exit_code == 1
     assert "run failed before anything was measured" in caplog.text
     assert not (tmp_path / "r").exists()
+
+
+def test_the_timed_trials_run_with_the_engine_core_s_garbage_collector(tmp_path):
+    """In-process runs collect as the engine core process does (engine/gc_heap.py): the loaded heap
+    frozen, young collections every YOUNG_GC_THRESHOLD allocations, so in-process and split compare
+    like for like."""
+    threshold = gc.get_threshold()
+    seen = {}
+
+    class Watching(HookedBackend):
+        def poll(self):
+            seen.setdefault("young", gc.get_threshold()[0])
+            seen.setdefault("frozen", gc.get_freeze_count())
+            return super().poll()
+
+    config, backend = start(Watching(), **{"workload.warmup_requests": 0})
+    try:
+        run_benchmark(config, tmp_path, backend=backend)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+    assert seen["young"] == YOUNG_GC_THRESHOLD and seen["frozen"] > 0
