@@ -57,6 +57,7 @@ def run(
 
         llmbench run configs/quickstart.yaml --set workload.num_requests=16 --set engine.prefix_caching=false
     """
+    from engine.parallel.group import TensorParallelError
     from llmbench.backends import make_backend
     from llmbench.results import default_run_dir
     from llmbench.runner import MAX_TRIALS, run_benchmark
@@ -70,8 +71,8 @@ def run(
     with exit_codes((RunDirError,)):
         check_run_dir(run_dir, force)  # again under the run's lock; here before the model loads
     # a ValueError: the model settings name something unusable (preset, path, device); Ctrl-C while
-    # loading: nothing measured yet
-    with exit_codes((ValueError,), f"{config.name}: ", interruptible=True):
+    # loading: nothing measured yet; a tensor-parallel rank that died while starting: the engine says which
+    with exit_codes((ValueError,), f"{config.name}: ", interruptible=True, breakdowns=(TensorParallelError,)):
         backend = make_backend(cfg)
 
     def failure() -> str:

@@ -33,14 +33,14 @@ NoReportOption = Annotated[bool, typer.Option("--no-report", help="Skip report.h
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging")]
 
 
-def usage_error(message: str) -> typer.Exit:
-    """Print a one-line user error and return the exit to raise. A message quoting a huge value is cut:
-    the value is in the user's file already."""
+def usage_error(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    """Print a one-line error and return the exit to raise (2 unless told). A message quoting a huge
+    value is cut: the value is in the user's file already."""
     message = " ".join(message.split())
     if len(message) > MAX_MESSAGE:
         message = f"{message[:MAX_MESSAGE]}... ({len(message):,} characters)"
     console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(EXIT_USAGE)
+    return typer.Exit(code)
 
 
 @contextmanager
@@ -49,15 +49,19 @@ def exit_codes(
     prefix: str = "",
     failure: str | Callable[[], str] | None = None,
     interruptible: bool = False,
+    breakdowns: tuple[type[Exception], ...] = (),
 ) -> Iterator[None]:
     """Turn what the block raises into an exit: a user error is one line (after `prefix`) and exit 2;
-    with `interruptible`, Ctrl-C exits 130; with `failure` (a message, or a function that words it when
-    the failure happens), any other exception is logged with its traceback under that message and exits
+    a breakdown (the machine failed, not the input: a rank that died) one line and exit 1; with
+    `interruptible`, Ctrl-C exits 130; with `failure` (a message, or a function that words it when the
+    failure happens), any other exception is logged with its traceback under that message and exits
     1. Anything else propagates: a bug shows its traceback."""
     try:
         yield
     except user_errors as e:
         raise usage_error(f"{prefix}{e}") from None
+    except breakdowns as e:
+        raise usage_error(f"{prefix}{e}", EXIT_FAILURE) from None
     except KeyboardInterrupt:
         if not interruptible:
             raise

@@ -1,5 +1,6 @@
 """`llmbench run` and `llmbench ablate` with engine.tensor_parallel_size: a 2-rank tiny-model run
-records each step's communication time; unusable sizes exit 2 with one line; Ctrl-C stops every rank."""
+records each step's communication time; unusable sizes exit 2 with one line, a rank dying at startup
+exits 1 with one line; Ctrl-C stops every rank."""
 
 import json
 import os
@@ -76,6 +77,18 @@ def test_an_unusable_size_exits_2_with_one_line(tmp_path, tp_config, size, messa
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     assert message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_rank_that_dies_while_starting_exits_1_with_one_line(tmp_path, tp_config, monkeypatch):
+    """Not the input's fault, so exit 1, but said in one line, not a traceback; nothing measured, no
+    run directory."""
+    monkeypatch.setenv("PYTHONHOME", "/nonexistent")  # read only by the worker's fresh interpreter
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(tp_config), "--out", str(out), "--no-report"])
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert lines == ["error: tp.yaml: tensor-parallel rank 1 exited with code 1 during startup"]
+    assert not out.exists()
 
 
 def test_ctrl_c_stops_every_rank(tmp_path):
