@@ -77,17 +77,19 @@ def run_ceilings(config: RunConfig) -> dict[str, Any]:
 def _gemm_seconds(n: int, dtype: torch.dtype, device: torch.device, warmup: int, repeats: int) -> float:
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    return _median_seconds(lambda: torch.mm(a, b), device, warmup, repeats)
+    return median_seconds(lambda: torch.mm(a, b), device, warmup, repeats)
 
 
 def copy_seconds(nbytes: int, device: torch.device, warmup: int, repeats: int) -> float:
     """Median seconds of one device-to-device copy of nbytes (also `llmbench env --bandwidth`'s figure)."""
     src = torch.ones(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    return _median_seconds(lambda: dst.copy_(src), device, warmup, repeats)
+    return median_seconds(lambda: dst.copy_(src), device, warmup, repeats)
 
 
-def _median_seconds(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> float:
+def median_seconds(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> float:
+    """Median seconds of fn() after warm-up calls: CUDA events around each call on a GPU, back to back
+    (the launches queue as in a run), the host clock elsewhere."""
     for _ in range(warmup):  # clocks up, kernels chosen, pages touched
         fn()
     if device.type != "cuda":

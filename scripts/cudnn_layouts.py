@@ -6,13 +6,13 @@ buckets and with them exact: cuDNN builds an execution plan per shape it has not
 
     python scripts/cudnn_layouts.py --out results/h200/cudnn_layouts.json
 
-Timing: CUDA events around each call, 10 warm-up calls, the median of 50 (device/METHOD.md)."""
+Timing: llmbench.ceilings.median_seconds, CUDA events around each call, 10 warm-up calls, the median
+of 50 (device/METHOD.md)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -21,21 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from llmbench.ceilings import median_seconds
+
 HQ, HKV, D = 32, 8, 128
 
 
-def gpu_us(call, warmup: int = 10, trials: int = 50) -> float:
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(trials):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+def gpu_us(call) -> float:
+    return median_seconds(call, torch.device("cuda"), warmup=10, repeats=50) * 1e6
 
 
 def flops(lengths: list[int]) -> int:
