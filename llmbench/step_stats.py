@@ -5,7 +5,8 @@
   sequence. The sample phase is the token readback: on a GPU mostly the host blocked until the
   step's kernels finish, so it is reported apart as the wait, never as overhead.
 - GPU busy (step spans), `gpu_busy_step_spans`: the union of the steps' [gpu_start, gpu_end]
-  intervals over wall time (first step start to last step end, summed over trials); the rest are idle
+  intervals over wall time (first step start to last step end, or to the last kernel when the device
+  finishes after the host, summed over trials, so never above 1); the rest are idle
   gaps, each charged to the host phase that overlapped it. A span runs from the step's first forward
   (its start event follows the host's input preparation) to its last kernel, so launch gaps inside an
   eager step count as busy; kernel busy (nsys) comes from `llmbench profile --nsys`.
@@ -103,8 +104,7 @@ def idle_gaps(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     busy = merge_intervals(_gpu_intervals(rows))
     if not busy:
         return []
-    wall_start = min(r["t_start"] for r in rows)
-    wall_end = max(r["t_end"] for r in rows)
+    wall_start, wall_end = _wall(rows, busy)
     edges = [wall_start] + [x for interval in busy for x in interval] + [wall_end]
     gaps = [(a, b) for a, b in zip(edges[::2], edges[1::2], strict=True) if b > a]
     host = _host_intervals(rows)
@@ -127,6 +127,16 @@ def idle_gaps(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return result
 
 
+def _wall(rows: Sequence[dict[str, Any]], busy: list[tuple[float, float]]) -> tuple[float, float]:
+    """A trial's wall time: from its first step's start to its last step's end, or to the device's
+    last kernel where that comes later (overlapped steps return before their work finishes)."""
+    start = min(r["t_start"] for r in rows)
+    end = max(r["t_end"] for r in rows)
+    if busy:
+        start, end = min(start, busy[0][0]), max(end, busy[-1][1])
+    return start, end
+
+
 def _by_trial(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     trials: dict[Any, list[dict[str, Any]]] = {}
     for r in rows:
@@ -143,7 +153,8 @@ def gpu_busy_step_spans(rows: Sequence[dict[str, Any]]) -> float | None:
         intervals = merge_intervals(_gpu_intervals(trial))
         timed = timed or bool(intervals)
         busy += sum(b - a for a, b in intervals)
-        wall += max(r["t_end"] for r in trial) - min(r["t_start"] for r in trial)
+        start, end = _wall(trial, intervals)
+        wall += end - start
     return busy / wall if timed and wall > 0 else None
 
 

@@ -62,6 +62,16 @@ def test_gpu_busy_is_the_union_of_intervals_over_wall_time():
     assert gpu_busy_step_spans(rows) == pytest.approx(13 / 25)
 
 
+def test_gpu_busy_counts_device_work_past_the_last_step_end():
+    # overlapped steps: the last step returns at 20 while its kernels run until 24, and the first
+    # step's start event fires before the host's t_start has been taken (clock anchoring): busy
+    # [−1, 24] is the whole wall time, not 25/21 of it
+    rows = [step(0, 0, 10, gpu=(-1, 11)), step(1, 10, 20, gpu=(11, 24))]
+    assert gpu_busy_step_spans(rows) == pytest.approx(1.0)
+    gaps = idle_gaps([step(0, 0, 10, gpu=(2, 8)), step(1, 10, 20, gpu=(12, 24))])
+    assert [(g["start"], g["end"]) for g in gaps] == [(0, 2 * MS), (8 * MS, 12 * MS)]
+
+
 def test_gpu_busy_counts_each_trial_span_alone():
     first = [step(0, 0, 10, gpu=(0, 5))]
     second = [{**step(0, 1000, 1010, gpu=(1000, 1010)), "trial": 1}]
