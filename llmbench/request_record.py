@@ -35,6 +35,39 @@ def sampling_params(request: WorkloadRequest, workload: WorkloadConfig) -> Sampl
     )
 
 
+def record_outputs(
+    live: dict[str, RequestRecord],
+    outputs: list[RequestOutput],
+    arrival: float,
+    run_start: float,
+    stamped: bool,
+    save_tokens: bool,
+) -> list[RequestRecord]:
+    """Add one poll's outputs to their live requests' rows (keyed by backend request id): each reached
+    the client at `arrival` (perf_counter), or at its own t_emit when the backend stamps outputs.
+    Finished requests leave `live`; their rows are returned. Runs between engine steps for
+    every running request, so the common output, one more token of a request that goes on, takes a
+    short way (on the H200 host the general one cost ~0.4 ms a step at 256 requests)."""
+    finished = []
+    for output in outputs:
+        record = live.get(output.request_id)
+        if record is None:
+            continue
+        seen = (output.t_emit if stamped else arrival) - run_start
+        if (
+            len(output.new_token_ids) == 1
+            and record.first_token_time is not None
+            and not (save_tokens or output.finished)
+        ):
+            record.token_times.append(seen)
+            record.output_len += 1
+            continue
+        record_output(record, output, seen, save_tokens)
+        if output.finished:
+            finished.append(live.pop(output.request_id))
+    return finished
+
+
 def record_output(record: RequestRecord, output: RequestOutput, arrival: float, save_tokens: bool) -> None:
     """Add an output that reached the client at `arrival` (run-relative): k tokens arrive together."""
     n = len(output.new_token_ids)

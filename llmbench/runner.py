@@ -25,7 +25,7 @@ from llmbench.console import RunProgress
 from llmbench.env import collect_environment
 from llmbench.metrics import compute_metrics
 from llmbench.profiling.window import ProfileWindow, window_from_env
-from llmbench.request_record import new_record, record_output, sampling_params
+from llmbench.request_record import new_record, record_outputs, sampling_params
 from llmbench.results import RequestRecord, ResultWriter, build_summary
 from llmbench.roofline import bound_summary
 from llmbench.step_stats import summarize_steps
@@ -171,6 +171,7 @@ def _run_phase(
 ) -> None:
     limit = state.config.workload.max_concurrency
     timeout = state.config.workload.request_timeout_s
+    save_tokens = state.config.output.save_tokens
     max_error_rate = None if warmup else state.config.output.max_error_rate
     failed = aborted = 0
     pending = deque(requests)
@@ -200,18 +201,12 @@ def _run_phase(
             was_full = limit is not None and len(live) >= limit
             outputs = _poll(state)
             arrival = time.perf_counter()
-            for output in outputs:
-                record = live.get(output.request_id)
-                if record is None:
-                    continue
-                # an HTTP client stamps each chunk as it reads it, the hf backend each decode step:
-                # that, not this poll, is its arrival
-                seen = output.t_emit if state.backend.stamps_outputs else arrival
-                record_output(record, output, seen - state.run_start, state.config.output.save_tokens)
-                if output.finished:
-                    del live[output.request_id]
-                    _finish(state, record)
-                    failed += not record.succeeded
+            # an HTTP client stamps each chunk as it reads it, the hf backend each decode step: that,
+            # not this poll, is its arrival
+            stamped = state.backend.stamps_outputs
+            for record in record_outputs(live, outputs, arrival, state.run_start, stamped, save_tokens):
+                _finish(state, record)
+                failed += not record.succeeded
             if timeout is not None:
                 overdue = _abort_overdue(state, live, arrival - state.run_start - timeout, timeout)
                 failed += overdue
