@@ -73,7 +73,10 @@ class Scheduler:
         window it can hold (one step needs no more blocks), instead of preempting sequences in it."""
         bm = self.block_manager
         block_size = bm.block_size
-        for window in range(self.lookahead + 1, 1, -1):
+        # no longer than the most outputs any sequence has left: past that every token is dropped,
+        # and the forwards would still hold the GPU (at the end of a load, before the next one)
+        longest = max(seq.max_len - len(seq.token_ids) for seq in out.seqs)
+        for window in range(min(self.lookahead + 1, longest), 1, -1):
             needed = []
             num_fresh = 0
             for seq in out.seqs:

@@ -160,6 +160,24 @@ def test_decode_only_batches_run_windows_with_blocks_reserved_ahead():
         engine.step()
 
 
+def test_a_window_is_no_longer_than_the_most_outputs_left():
+    # forwards past every sequence's last output would only hold the GPU: at a load's end the next
+    # load's first step waited for them
+    engine = null_engine(num_scheduler_steps=8, stream_multi_step=False)
+    engine.add_request("a", [5] * 6, SamplingParams(max_tokens=12, ignore_eos=True))
+    engine.add_request("b", [6] * 3, SamplingParams(max_tokens=3, ignore_eos=True))
+    batches = []
+    execute = engine.executor.execute
+    engine.executor.execute = lambda batch: batches.append(batch) or execute(batch)
+    while engine.has_unfinished():
+        engine.step()
+    assert [batch.num_steps for batch in batches] == [1, 8, 3]  # a: 12 = 1 + 8 + 3; b ends in the 8
+    engine.add_request("c", [7] * 4, SamplingParams(max_tokens=2, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
+    assert [batch.num_steps for batch in batches[3:]] == [1, 1]  # one output left: a single step
+
+
 def test_lookahead_needs_one_more_kv_slot_than_a_single_step():
     assert null_engine().scheduler.kv_tokens_needed(100) == 99
     assert null_engine(num_scheduler_steps=8).scheduler.kv_tokens_needed(100) == 100
