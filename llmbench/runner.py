@@ -283,4 +283,6 @@ def _flush_steps(state: _RunState, trial: int, warmup: bool) -> None:
         return
     steps = state.backend.drain_step_records()
     state.writer.add_steps(steps, trial)
-    state.step_rows.extend(vars(s).copy() for s in steps)  # asdict would deep-copy each record
+    # with its trial, as steps.csv has it: the summary's GPU busy and idle figures take each trial's
+    # span alone, never the time between trials. asdict would deep-copy each record
+    state.step_rows.extend({**vars(s), "trial": trial} for s in steps)

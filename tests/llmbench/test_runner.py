@@ -1,5 +1,6 @@
 import gc
 import json
+import time
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from llmbench.cli import app
 from llmbench.config import parse_config
 from llmbench.results import load_requests, load_steps, load_summary
 from llmbench.runner import run_benchmark
+from llmbench.step_stats import gpu_busy_step_spans
 from tests.llmbench.conftest import NULL_RUN
 
 
@@ -234,3 +236,34 @@ def test_the_timed_trials_run_with_the_engine_core_s_garbage_collector(tmp_path)
         gc.unfreeze()
         gc.set_threshold(*threshold)
     assert seen["young"] == YOUNG_GC_THRESHOLD and seen["frozen"] > 0
+
+
+class TimedSteps(BundledBackend):
+    """The null engine's step records, each given a GPU span as long as its host span."""
+
+    def drain_step_records(self):
+        records = super().drain_step_records()
+        for record in records:
+            record.gpu_start, record.gpu_end = record.t_start, record.t_end
+            record.gpu_ms = (record.t_end - record.t_start) * 1e3
+        return records
+
+
+def test_the_summarys_gpu_busy_takes_each_trial_alone(tmp_path, monkeypatch):
+    # the time between trials (building the next workload, here made long) is no step's: it is idle
+    # time of no trial
+    build = llmbench.runner.build_workload
+
+    def slow_build(*args, **kwargs):
+        time.sleep(0.2)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(llmbench.runner, "build_workload", slow_build)
+    config, backend = start(TimedSteps(), **{"workload.num_requests": 8})
+    result = run_benchmark(config, tmp_path, repeat=2, backend=backend)
+    steps, rows = result.summary["steps"], load_steps(tmp_path)
+    assert {row["trial"] for row in rows} == {0, 1}
+    # the figures steps.csv gives trial by trial; before, the 0.2 s pause made busy read 0.03
+    assert steps["gpu_busy_step_spans"] == pytest.approx(gpu_busy_step_spans(rows))
+    assert steps["gpu_busy_step_spans"] > 0.5
+    assert steps["max_gpu_idle_gap_ms"] < 100
