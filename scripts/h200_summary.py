@@ -236,6 +236,7 @@ def reported(files: Files) -> list[dict[str, Any]]:
         rows.append({"name": name, "value": ratio(tok_s(a), tok_s(b)), "files": ["sampling_drain.json"]})
     for name, label in (
         ("ablation-cpu-overhead.json", "cpu-overhead preset: all on / all off"),
+        ("ablation-cpu-overhead-server.json", "cpu-overhead preset through the server: all on / all off"),
         ("ablation-prefill-attention.json", "throughput workload: prefill_attention sdpa / paged"),
     ):
         ablation = files.get(name)
