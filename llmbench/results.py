@@ -1,7 +1,8 @@
 """The run directory: summary.json, requests.jsonl, steps.csv and config.yaml.
 
-Per-request and per-step rows are appended and flushed as they come, so a crash or Ctrl-C keeps
-everything measured so far; whole files (summary, config) are replaced atomically."""
+Per-request and per-step rows are appended and flushed as they come (the requests one poll finished
+together), so a crash or Ctrl-C keeps everything measured so far; whole files (summary, config) are
+replaced atomically."""
 
 from __future__ import annotations
 
@@ -15,12 +16,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
 from llmbench.run_dir import claim_run_dir
 from llmbench.step_stats import StepCosts, derived_columns
 
 SCHEMA_VERSION = 1
+# a finished request's row is written between engine steps, and in a load that ends together dozens
+# finish in one step: msgspec encodes a 256-token row in ~10 us, json.dumps in ~65 (2-core CPU)
+_ROW_ENCODER = msgspec.json.Encoder()
 _STEP_TIMES = ("t_start", "t_end", "gpu_start", "gpu_end")  # perf_counter seconds in StepRecords
 
 
@@ -57,7 +62,7 @@ class RequestRecord:
             del data["prompt_token_ids"], data["output_token_ids"], data["prompt"]
         if data["server_timestamps"] is None:  # only a served run has them
             del data["server_timestamps"]
-        return json.dumps(data)
+        return _ROW_ENCODER.encode(data).decode()
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
@@ -109,13 +114,15 @@ class ResultWriter:
         self.run_start = run_start
         self.save_tokens = save_tokens
         write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
-        self._requests = open(self.run_dir / "requests.jsonl", "w")
+        self._requests = open(self.run_dir / "requests.jsonl", "w", encoding="utf-8")
         self._steps_file = open(self.run_dir / "steps.csv", "w", newline="")
         self._steps: Any = None  # a csv writer, once the first step names the columns
         self._costs = StepCosts.from_run_config(config)
 
-    def add_request(self, record: RequestRecord) -> None:
-        self._requests.write(record.to_json(self.save_tokens) + "\n")
+    def add_requests(self, records: list[RequestRecord]) -> None:
+        """Rows of requests that finished together, in one write and one flush: on the H200 decode
+        load, whose last steps end 64 requests each, a flush a row left the GPU idle 9-19 ms a step."""
+        self._requests.write("".join(record.to_json(self.save_tokens) + "\n" for record in records))
         self._requests.flush()
 
     def add_steps(self, step_records: list, trial: int) -> None:
@@ -178,7 +185,7 @@ def load_summary(run_dir: str | Path) -> dict[str, Any]:
 
 
 def load_requests(run_dir: str | Path) -> list[RequestRecord]:
-    lines = (Path(run_dir) / "requests.jsonl").read_text().splitlines()
+    lines = (Path(run_dir) / "requests.jsonl").read_text(encoding="utf-8").splitlines()
     return [RequestRecord.from_dict(json.loads(line)) for line in lines if line.strip()]
 
 

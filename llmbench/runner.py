@@ -204,9 +204,10 @@ def _run_phase(
             # an HTTP client stamps each chunk as it reads it, the hf backend each decode step: that,
             # not this poll, is its arrival
             stamped = state.backend.stamps_outputs
-            for record in record_outputs(live, outputs, arrival, state.run_start, stamped, save_tokens):
-                _finish(state, record)
-                failed += not record.succeeded
+            finished = record_outputs(live, outputs, arrival, state.run_start, stamped, save_tokens)
+            if finished:
+                _finish(state, finished)
+                failed += sum(not record.succeeded for record in finished)
             if timeout is not None:
                 overdue = _abort_overdue(state, live, arrival - state.run_start - timeout, timeout)
                 failed += overdue
@@ -229,8 +230,7 @@ def _run_phase(
         # no token yet, like one never submitted, did not start: it is counted, not recorded
         started = [record for record in live.values() if record.output_len]
         state.not_started = len(pending) + len(live) - len(started)
-        for record in started:
-            _finish(state, record)
+        _finish(state, started)
         _flush_steps(state, trial, warmup)
         raise
 
@@ -247,12 +247,14 @@ def _submit(
 def _abort_overdue(state: _RunState, live: dict[str, RequestRecord], cutoff: float, timeout: float) -> int:
     """Abort and record as failed every live request submitted before `cutoff` (run-relative)."""
     overdue = [backend_id for backend_id, record in live.items() if record.submit_time < cutoff]
+    records = []
     for backend_id in overdue:
         state.backend.abort(backend_id)
         record = live.pop(backend_id)
         record.finish_reason = "timeout"
         record.error = f"not finished within workload.request_timeout_s={timeout:g}"
-        _finish(state, record)
+        records.append(record)
+    _finish(state, records)
     return len(overdue)
 
 
@@ -269,13 +271,19 @@ def _drain(state: _RunState) -> None:
         _poll(state)
 
 
-def _finish(state: _RunState, record: RequestRecord) -> None:
-    if record.finish_time is None:  # aborted, or cut off by a stop: it ends now
-        record.finish_time = time.perf_counter() - state.run_start
-    state.writer.add_request(record)
-    state.records.append(record)
+def _finish(state: _RunState, records: list[RequestRecord]) -> None:
+    """Requests that ended together: their rows to disk in one write, then counted."""
+    if not records:
+        return
+    now = time.perf_counter() - state.run_start
+    for record in records:
+        if record.finish_time is None:  # aborted, or cut off by a stop: it ends now
+            record.finish_time = now
+    state.writer.add_requests(records)
+    state.records.extend(records)
     if state.progress:
-        state.progress.request_done(record)
+        for record in records:
+            state.progress.request_done(record)
 
 
 def _flush_steps(state: _RunState, trial: int, warmup: bool) -> None:

@@ -37,3 +37,27 @@ def test_a_backend_that_stamps_outputs_is_timed_by_their_emit_times():
     record_outputs(live, [output("a", [7], t_emit=12.25)], 20.0, 12.0, True, False)
     record_outputs(live, [output("a", [8], t_emit=12.5)], 20.0, 12.0, True, False)
     assert live["a"].token_times == [0.25, 0.5] and live["a"].output_token_ids is None
+
+
+def test_rows_that_finish_together_are_on_disk_whole_and_read_back(tmp_path):
+    from llmbench.results import ResultWriter, load_requests
+
+    writer = ResultWriter(tmp_path / "run", {"name": "rows"}, run_start=0.0, save_tokens=True)
+    rows = [
+        RequestRecord(
+            id=str(i),
+            trial=0,
+            warmup=False,
+            prompt_len=2,
+            output_len=2,
+            token_times=[0.1 * i, 0.30000000000000004],
+        )
+        for i in range(3)
+    ]
+    rows[1].prompt = "naïve ☕ prompt"  # a dataset prompt's text: UTF-8, whatever the locale
+    writer.add_requests(rows[:2])
+    # flushed by the call: a reader (or a SIGKILL now) sees both rows whole
+    assert (tmp_path / "run" / "requests.jsonl").read_bytes().count(b"\n") == 2
+    writer.add_requests(rows[2:])
+    writer.close()
+    assert load_requests(tmp_path / "run") == rows  # floats round-trip exactly
