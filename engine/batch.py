@@ -37,20 +37,22 @@ class ScheduledBatch:
     feed_cols: list[int] = field(default_factory=list)
     feed_tokens: object = None  # torch.Tensor [num_steps, n_sample] of the step in flight
 
+    # list comprehensions, not generators: half the cost at hundreds of sequences, on every step
+
     @property
     def num_tokens(self) -> int:
-        return sum(s.num_new for s in self.seqs)
+        return sum([s.num_new for s in self.seqs])
 
     # A decode is one new token that is sampled, after outputs. A recomputed sequence's one-token
     # chunk samples nothing: it is prefill work, and must not get a multi-step window.
 
     @property
     def num_prefill_tokens(self) -> int:
-        return sum(s.num_new for s in self.seqs if not (s.num_new == 1 and s.sample and s.num_outputs))
+        return self.num_tokens - self.num_decode_seqs  # a decode is one token
 
     @property
     def num_decode_seqs(self) -> int:
-        return sum(1 for s in self.seqs if s.num_new == 1 and s.sample and s.num_outputs)
+        return len([s for s in self.seqs if s.num_new == 1 and s.sample and s.num_outputs])
 
     @property
     def is_decode_only(self) -> bool:

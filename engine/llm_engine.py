@@ -182,9 +182,11 @@ class LLMEngine:
         output_ms: float,
     ) -> None:
         batch = scheduled.batch
-        num_prefill_tokens, num_decode_seqs = batch.num_prefill_tokens, batch.num_decode_seqs
+        num_decode_seqs = batch.num_decode_seqs
+        num_tokens = batch.num_tokens
+        num_prefill_tokens = num_tokens - num_decode_seqs  # a decode is one token
         # a list comprehension: half the cost of a generator at hundreds of sequences
-        num_context_tokens = sum([s.num_computed for s in batch.seqs]) + num_prefill_tokens + num_decode_seqs
+        num_context_tokens = sum([s.num_computed for s in batch.seqs]) + num_tokens
         # causal pairs: a sequence's length, plus (n - 1)(2p + n) / 2 for a chunk of n after p cached
         # (always an integer); the chunks are found by a filter, 3 us at 255 decodes and 1 chunk
         pairs = num_context_tokens
