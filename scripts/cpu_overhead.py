@@ -1,7 +1,9 @@
 """Host time per engine step with 256 sequences decoding, null executor (no model forward, but the model
 runner's own input preparation into host buffers), single-step and 8 scheduler steps: the CPU-overhead
 figures of the engine core. With --gpu the same on CUDA with the real model runner (Llama-3-8B shapes,
-random bfloat16 weights, CUDA graphs on), adding the median GPU time of a step.
+random bfloat16 weights, CUDA graphs on), adding the median GPU time of a step. Each row also times a
+fixed piece of the same per-sequence Python (host_reference_us, before and after the row): the H200
+hosts lent for these runs differed up to 2x in speed, between calls and inside one.
     python scripts/cpu_overhead.py --out results/cpu/cpu_overhead.json
     python scripts/cpu_overhead.py --gpu --out results/h200/cpu_overhead.json"""
 
@@ -9,16 +11,33 @@ import argparse
 import json
 import platform
 import statistics
+import time
 from pathlib import Path
 
 import torch
 
+from engine.batch import ScheduledSeq
 from engine.config import EngineConfig, ModelConfig
 from engine.gc_heap import freeze_heap
 from engine.llm_engine import LLMEngine
 from engine.request import SamplingParams
 
 NUM_SEQS, FORWARDS = 256, 400
+
+
+def host_reference_us() -> float:
+    """Microseconds to build 256 scheduled entries and read a field of each back, the best of 50:
+    per-sequence work of the kind every step repeats, timed alone, so rows from different hosts
+    (or moments) can be set side by side."""
+    params = SamplingParams(max_tokens=3000, ignore_eos=True)
+    tokens, table = list(range(200)), list(range(13))
+    best = float("inf")
+    for _ in range(50):
+        start = time.perf_counter()
+        entries = [ScheduledSeq(i, tokens, 199, 1, table, params, True, 71) for i in range(NUM_SEQS)]
+        sum([e.num_computed + e.num_new for e in entries])
+        best = min(best, time.perf_counter() - start)
+    return best * 1e6
 
 
 def drain(engine: LLMEngine, gpu: bool) -> list:
@@ -28,6 +47,7 @@ def drain(engine: LLMEngine, gpu: bool) -> list:
 
 
 def measure(num_scheduler_steps: int, gpu: bool) -> dict:
+    reference_before = host_reference_us()
     if gpu:
         model = ModelConfig(preset="llama3-8b", device="cuda", dtype="bfloat16")
     else:
@@ -66,6 +86,7 @@ def measure(num_scheduler_steps: int, gpu: bool) -> dict:
     if gpu:
         row["gpu_ms"] = median("gpu_ms")
     engine.shutdown()
+    row["host_reference_us"] = [reference_before, host_reference_us()]
     return row
 
 
@@ -80,7 +101,9 @@ def main() -> None:
             f"num_scheduler_steps={row['num_scheduler_steps']}: {row['host_ms_per_step']:.3f} ms/step, "
             f"{row['host_ms_per_forward']:.3f} ms/forward; schedule {row['schedule_ms']:.3f}, "
             f"prepare {row['prepare_ms']:.3f}, output {row['output_ms']:.3f} "
-            f"(medians over {row['decode_steps']} steps)" + (f"; GPU {row['gpu_ms']:.3f}" if args.gpu else "")
+            f"(medians over {row['decode_steps']} steps)"
+            + (f"; GPU {row['gpu_ms']:.3f}" if args.gpu else "")
+            + "; host reference {:.1f} / {:.1f} us".format(*row["host_reference_us"])
         )
     if args.out:
         result = {
