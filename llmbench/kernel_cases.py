@@ -16,6 +16,9 @@ from kernels.gemv import gemv
 HIDDEN, INTERMEDIATE, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE = 4096, 14336, 32, 8, 128, 16
 VOCAB = 128256
 ELEMENTWISE_TOKENS = (4096, 64)  # a prefill-sized and a decode-sized batch
+# the rows of the throughput workload's linears: a full decode batch, and a prefill step's token budget
+# (whose LM head runs only on the sampled rows, at most a batch)
+DECODE_ROWS, PREFILL_ROWS = 256, 8192
 DECODE_TARGET = 0.80  # fraction of copy bandwidth the decode kernel must reach at batch 64, context 2048
 
 
@@ -154,31 +157,65 @@ def prefill_case(num_seqs: int, new_tokens: int, cached: int, dtype: torch.dtype
     return Case("paged_prefill_attention", shape, "compute", flops, footprint, make)
 
 
-def gemv_cases(dtype: torch.dtype) -> list[Case]:
-    """The one-row linears of a bs1 decode: each is one pass over its weight."""
-    size = dtype.itemsize
-    shapes = [
-        ("gemv (qkv_proj)", (NUM_HEADS + 2 * NUM_KV_HEADS) * HEAD_DIM, HIDDEN, False),
-        ("gemv (o_proj)", HIDDEN, NUM_HEADS * HEAD_DIM, False),
-        ("gemv gated (gate_up_proj)", 2 * INTERMEDIATE, HIDDEN, True),
-        ("gemv (down_proj)", HIDDEN, INTERMEDIATE, False),
-        ("gemv (lm_head)", VOCAB, HIDDEN, False),
+def _linear_shapes() -> list[tuple[str, int, int]]:
+    """The model's linears as (name, N, K): qkv, o, the fused gate-up, down and the LM head."""
+    return [
+        ("qkv_proj", (NUM_HEADS + 2 * NUM_KV_HEADS) * HEAD_DIM, HIDDEN),
+        ("o_proj", HIDDEN, NUM_HEADS * HEAD_DIM),
+        ("gate_up_proj", 2 * INTERMEDIATE, HIDDEN),
+        ("down_proj", HIDDEN, INTERMEDIATE),
+        ("lm_head", VOCAB, HIDDEN),
     ]
+
+
+def gemv_cases(dtype: torch.dtype) -> list[Case]:
+    """The one-row linears of a bs1 decode: each is one pass over its weight (the gate-up projection
+    with its activation fused in)."""
+    size = dtype.itemsize
 
     def make(n: int, k: int, gated: bool):
         x, weight = _randn(1, k, dtype=dtype), _randn(n, k, dtype=dtype)
         return lambda: gemv(x, weight, gated=gated)
 
+    cases = []
+    for name, n, k in _linear_shapes():
+        gated = name == "gate_up_proj"
+        label = f"gemv gated ({name})" if gated else f"gemv ({name})"
+        cases.append(
+            Case(
+                label,
+                f"M=1 N={n} K={k}",
+                "memory",
+                n * k * size,
+                n * k * size,
+                lambda n=n, k=k, g=gated: make(n, k, g),
+            )
+        )
+    return cases
+
+
+def linear_cases(rows: int, dtype: torch.dtype) -> list[Case]:
+    """The model's linears at `rows` tokens through the engine's op (cuBLAS past the GEMV's rows),
+    judged by FLOPs against the GEMM ceiling: a decode batch's GEMMs read each weight once for 2 *
+    rows FLOPs a weight, so at 256 rows they sit near the H200's ridge point, where a step's roofline
+    bound takes the larger of their bytes and FLOPs."""
+
+    def make(n: int, k: int):
+        x, weight = _randn(rows, k, dtype=dtype), _randn(n, k, dtype=dtype)
+        return lambda: triton_ops.linear(x, weight)
+
+    size = dtype.itemsize
     return [
         Case(
-            name,
-            f"M=1 N={n} K={k}",
-            "memory",
-            n * k * size,
-            n * k * size,
-            lambda n=n, k=k, g=gated: make(n, k, g),
+            f"linear ({name})",
+            f"M={rows} N={n} K={k}",
+            "compute",
+            2 * rows * n * k,
+            (n * k + rows * (n + k)) * size,
+            lambda n=n, k=k: make(n, k),
         )
-        for name, n, k, gated in shapes
+        for name, n, k in _linear_shapes()
+        if rows <= DECODE_ROWS or name != "lm_head"
     ]
 
 
@@ -209,5 +246,7 @@ def all_cases(dtype: torch.dtype) -> list[Case]:
         + [prefill_case(b, n, c, dtype) for b, n, c in prefills]
         + sdpa_cases(dtype, prefills)
         + gemv_cases(dtype)
+        + linear_cases(DECODE_ROWS, dtype)
+        + linear_cases(PREFILL_ROWS, dtype)
         + argmax_cases(dtype)
     )

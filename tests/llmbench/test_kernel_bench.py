@@ -62,6 +62,17 @@ def test_every_engine_kernel_has_a_case_and_cases_are_distinct():
     # one-row GEMVs move their weight once: the LM head is 128256 x 4096 bf16
     lm_head = next(case for case in cases if case.kernel == "gemv (lm_head)")
     assert lm_head.work == 128256 * 4096 * 2 and lm_head.bound == "memory"
+    # the throughput workload's GEMMs: every linear at a full decode batch, and the prefill step's
+    # (the LM head only samples rows there, so it never runs at 8192), judged in FLOPs
+    linears = {case.shape: case for case in cases if case.kernel.startswith("linear (")}
+    assert len([shape for shape in linears if shape.startswith("M=256 ")]) == 5
+    assert len([shape for shape in linears if shape.startswith("M=8192 ")]) == 4
+    down = linears["M=256 N=4096 K=14336"]
+    assert (
+        down.kernel == "linear (down_proj)"
+        and down.bound == "compute"
+        and down.work == 2 * 256 * 4096 * 14336
+    )
 
 
 def test_no_prefix_prefill_shapes_are_timed_ours_paged_ours_split_and_torch_alone():
