@@ -238,7 +238,8 @@ def argmax_cases(dtype: torch.dtype) -> list[Case]:
 def all_cases(dtype: torch.dtype) -> list[Case]:
     from llmbench.kernel_cases_sdpa import sdpa_cases  # it builds on this module's helpers
 
-    decodes = [(64, 2048), (1, 2048), (1, 32768), (16, 8192), (32, 2048), (256, 1024)]
+    # (256, 384): the throughput workload's decode batch near its end (256-token prompts, 128 outputs)
+    decodes = [(64, 2048), (1, 2048), (1, 32768), (16, 8192), (32, 2048), (256, 1024), (256, 384)]
     prefills = [(4, 2048, 0), (8, 512, 1536), (1, 8192, 0)]
     return (
         [case for t in ELEMENTWISE_TOKENS for case in elementwise_cases(t, dtype)]
