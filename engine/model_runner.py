@@ -110,7 +110,7 @@ class ModelRunner:
                 seqs if layout.num_sample == len(seqs) else [s for s in seqs if s.sample], batch.num_steps
             )
             use_graphs = self.graphs is not None and self.graphs.handles(layout)
-            self.group.send_step(self.inputs.packed, self.inputs.layout, use_graphs)
+            self.group.send_step(self.inputs.packed, layout, use_graphs)
             if before_launch is not None:
                 before_launch()
         # tensor parallel: every forward at once, as on a GPU, since the other ranks run each window whole

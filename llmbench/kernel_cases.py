@@ -19,6 +19,14 @@ ELEMENTWISE_TOKENS = (4096, 64)  # a prefill-sized and a decode-sized batch
 # the rows of the throughput workload's linears: a full decode batch, and a prefill step's token budget
 # (whose LM head runs only on the sampled rows, at most a batch)
 DECODE_ROWS, PREFILL_ROWS = 256, 8192
+# the model's linears as (name, N, K): qkv, o, the fused gate-up, down and the LM head
+LINEARS = (
+    ("qkv_proj", (NUM_HEADS + 2 * NUM_KV_HEADS) * HEAD_DIM, HIDDEN),
+    ("o_proj", HIDDEN, NUM_HEADS * HEAD_DIM),
+    ("gate_up_proj", 2 * INTERMEDIATE, HIDDEN),
+    ("down_proj", HIDDEN, INTERMEDIATE),
+    ("lm_head", VOCAB, HIDDEN),
+)
 DECODE_TARGET = 0.80  # fraction of copy bandwidth the decode kernel must reach at batch 64, context 2048
 
 
@@ -157,17 +165,6 @@ def prefill_case(num_seqs: int, new_tokens: int, cached: int, dtype: torch.dtype
     return Case("paged_prefill_attention", shape, "compute", flops, footprint, make)
 
 
-def _linear_shapes() -> list[tuple[str, int, int]]:
-    """The model's linears as (name, N, K): qkv, o, the fused gate-up, down and the LM head."""
-    return [
-        ("qkv_proj", (NUM_HEADS + 2 * NUM_KV_HEADS) * HEAD_DIM, HIDDEN),
-        ("o_proj", HIDDEN, NUM_HEADS * HEAD_DIM),
-        ("gate_up_proj", 2 * INTERMEDIATE, HIDDEN),
-        ("down_proj", HIDDEN, INTERMEDIATE),
-        ("lm_head", VOCAB, HIDDEN),
-    ]
-
-
 def gemv_cases(dtype: torch.dtype) -> list[Case]:
     """The one-row linears of a bs1 decode: each is one pass over its weight (the gate-up projection
     with its activation fused in)."""
@@ -178,7 +175,7 @@ def gemv_cases(dtype: torch.dtype) -> list[Case]:
         return lambda: gemv(x, weight, gated=gated)
 
     cases = []
-    for name, n, k in _linear_shapes():
+    for name, n, k in LINEARS:
         gated = name == "gate_up_proj"
         label = f"gemv gated ({name})" if gated else f"gemv ({name})"
         cases.append(
@@ -214,7 +211,7 @@ def linear_cases(rows: int, dtype: torch.dtype) -> list[Case]:
             (n * k + rows * (n + k)) * size,
             lambda n=n, k=k: make(n, k),
         )
-        for name, n, k in _linear_shapes()
+        for name, n, k in LINEARS
         if rows <= DECODE_ROWS or name != "lm_head"
     ]
 

@@ -12,18 +12,19 @@ import statistics
 import sys
 from pathlib import Path
 
+from llmbench.results import load_requests, load_summary
+
 
 def ramp(run_dir: Path) -> dict:
-    rows = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines()]
-    rows = [r for r in rows if not r.get("warmup") and r.get("server_timestamps")]
-    start = min(r["submit_time"] for r in rows)
-    queued = [r["server_timestamps"]["t_queued"] - start for r in rows]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = [r for r in load_requests(run_dir) if not r.warmup and r.server_timestamps]
+    start = min(r.submit_time for r in rows)
+    queued = [r.server_timestamps["t_queued"] - start for r in rows]
+    summary = load_summary(run_dir)
     return {
         "run_command": summary["environment"].get("command"),
         "git_commit": summary["environment"].get("git_commit"),
         "requests": len(rows),
-        "mean_ttft_ms": statistics.mean(r["first_token_time"] - r["submit_time"] for r in rows) * 1e3,
+        "mean_ttft_ms": statistics.mean(r.first_token_time - r.submit_time for r in rows) * 1e3,
         "first_admitted_ms": min(queued) * 1e3,
         "last_admitted_ms": max(queued) * 1e3,
         "output_throughput": summary["metrics"]["output_throughput"],
