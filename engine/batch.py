@@ -57,3 +57,13 @@ class ScheduledBatch:
     @property
     def is_decode_only(self) -> bool:
         return all(s.num_new == 1 and s.sample and s.num_outputs for s in self.seqs)
+
+    def context_and_pairs(self, num_tokens: int, num_prefill_tokens: int) -> tuple[int, int]:
+        """Tokens attention reads this step (cached + new) and its causal (query, key) pairs: a
+        sequence's length, plus (n - 1)(2p + n) / 2 for a chunk of n after p cached (an integer). The
+        chunks are found by a filter, 3 us at 255 decodes and 1 chunk."""
+        context = sum([s.num_computed for s in self.seqs]) + num_tokens
+        if not num_prefill_tokens:
+            return context, context
+        chunks = [(s.num_new - 1) * (2 * s.num_computed + s.num_new) for s in self.seqs if s.num_new > 1]
+        return context, context + sum(chunks) // 2

@@ -3,9 +3,9 @@ in a busy loop while work exists, so scheduling and output processing never wait
 GIL. Frontend and core talk over two ZeroMQ PUSH/PULL pipes on ipc:// sockets, one msgpack message of
 the typed structs in engine/core_messages.py per message; a step's outputs travel in one message.
 
-A step hook, named "module:function" on the command line, lets a tool act at the core's step boundaries
-without the engine knowing it: the function returns None or an object whose before_step() runs before
-every engine step and close() once at the end (llmbench's profiler window uses it)."""
+A step hook, named "module:function" on the command line, lets a tool act at the core's step boundaries:
+the function returns None or an object the engine calls before_step() on as each of its steps begins,
+and close() on at shutdown (llmbench's profiler window uses it)."""
 
 from __future__ import annotations
 
@@ -69,8 +69,7 @@ class _CoreLoop:
         from engine.llm_engine import LLMEngine
 
         self.pull, self.push, self.parent_pid = pull, push, parent_pid
-        self.step_hook = step_hook
-        self.engine = LLMEngine(config)
+        self.engine = LLMEngine(config, step_hook)  # the engine calls it: hand-overs are no steps
         executor = self.engine.executor
         ready = msg.Ready(executor.shape, executor.max_model_len, executor.num_blocks, str(executor.device))
         freeze_heap()  # before Ready: the first requests must not wait for its collection
@@ -92,8 +91,6 @@ class _CoreLoop:
                         return
                 if not engine.has_unfinished():
                     continue
-                if self.step_hook is not None:
-                    self.step_hook.before_step()
                 outputs = engine.step()
                 sent = time.perf_counter()
                 if outputs:
@@ -102,8 +99,6 @@ class _CoreLoop:
                     # added: a streamed window's hand-overs between two steps count on the step before
                     engine.last_step_record.ipc_ms += received_ms + (time.perf_counter() - sent) * 1e3
         finally:
-            if self.step_hook is not None:
-                self.step_hook.close()
             engine.shutdown()
 
     def _receive(self, wait: bool) -> float:

@@ -38,9 +38,11 @@ def make_executor(config: EngineConfig) -> ModelRunner | NullExecutor:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, step_hook=None):
         config.check_gpus()
         self.config = config
+        # a profiler's step window: before_step() as each step begins (hand-overs are none), close() at end
+        self.step_hook = step_hook
         self.executor = make_executor(config)
         self.block_manager = BlockManager(self.executor.num_blocks, config.block_size, config.prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
@@ -127,6 +129,8 @@ class LLMEngine:
         in_flight = self._in_flight
         if in_flight is not None and in_flight.streamed and in_flight.num_unread > lag:
             return self._hand_over(in_flight)
+        if self.step_hook is not None:
+            self.step_hook.before_step()
         clock = PhaseClock(self._nvtx, self._step_count)
         wait_ms = 0.0
         if in_flight is not None and not self.config.async_scheduling:
@@ -182,17 +186,9 @@ class LLMEngine:
         output_ms: float,
     ) -> None:
         batch = scheduled.batch
-        num_decode_seqs = batch.num_decode_seqs
-        num_tokens = batch.num_tokens
+        num_decode_seqs, num_tokens = batch.num_decode_seqs, batch.num_tokens
         num_prefill_tokens = num_tokens - num_decode_seqs  # a decode is one token
-        # a list comprehension: half the cost of a generator at hundreds of sequences
-        num_context_tokens = sum([s.num_computed for s in batch.seqs]) + num_tokens
-        # causal pairs: a sequence's length, plus (n - 1)(2p + n) / 2 for a chunk of n after p cached
-        # (always an integer); the chunks are found by a filter, 3 us at 255 decodes and 1 chunk
-        pairs = num_context_tokens
-        if num_prefill_tokens:
-            chunks = [(s.num_new - 1) * (2 * s.num_computed + s.num_new) for s in batch.seqs if s.num_new > 1]
-            pairs += sum(chunks) // 2
+        num_context_tokens, pairs = batch.context_and_pairs(num_tokens, num_prefill_tokens)
         carried_sample_ms, carried_output_ms = self._carried_ms
         t_start = clock.start if self._carried_start is None else self._carried_start
         self._carried_start, self._carried_ms = None, [0.0, 0.0]
@@ -298,4 +294,6 @@ class LLMEngine:
         return results
 
     def shutdown(self) -> None:
+        if self.step_hook is not None:
+            self.step_hook.close()
         self.executor.shutdown()

@@ -9,18 +9,23 @@ from engine.llm_engine import LLMEngine
 from engine.request import RequestOutput, SamplingParams
 from llmbench.backends import ModelInfo
 from llmbench.config import RunConfig
+from llmbench.profiling.window import window_from_env
 
-# a split core opens `llmbench profile`'s step window itself, around its own engine steps
+# a split core opens that window in its own process
 CORE_STEP_HOOK = "llmbench.profiling.window:window_from_env"
 
 
 class BundledBackend:
     stamps_outputs = False  # a poll is an engine step (in-process) or reads what the core sent
+    # the engine opens `llmbench profile`'s window around its own steps: a streamed multi-step window
+    # takes several polls for one step
+    profiles_own_steps = True
 
     def start(self, config: RunConfig) -> None:
-        split = config.engine.process_split
-        self.engine = EngineCoreClient(config.engine, CORE_STEP_HOOK) if split else LLMEngine(config.engine)
-        self.profiles_own_steps = split
+        if config.engine.process_split:
+            self.engine = EngineCoreClient(config.engine, CORE_STEP_HOOK)
+        else:
+            self.engine = LLMEngine(config.engine, window_from_env())
         self.model_info = ModelInfo.from_shape(self.engine.executor.shape, self.engine.executor.max_model_len)
 
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:

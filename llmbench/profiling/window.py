@@ -2,9 +2,11 @@
 
 `llmbench profile` runs the workload in a child `llmbench run` and tells it what to profile through
 one environment variable, LLMBENCH_PROFILE=<tool>:<A>:<B>:<out dir> (B may be empty: to the end).
-The runner asks `window_from_env()` once and calls `before_step()` before every engine step;
-steps A..B-1 are captured, as in a Python slice. Steps count from the run's first, warm-up
-included, as the `step` column of steps.csv does."""
+The bundled engine asks `window_from_env()` once, in its own process, and calls `before_step()` as
+each engine step begins (a streamed multi-step window's later forwards are handed over without a new
+step); for a backend whose polls are its steps (hf) the runner does so around each poll. Steps
+A..B-1 are captured, as in a Python slice. Steps count from the run's first, warm-up included, as
+the `step` column of steps.csv does."""
 
 from __future__ import annotations
 

@@ -10,7 +10,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from engine.config import EngineConfig, ModelConfig
+from engine.llm_engine import LLMEngine
 from engine.nvtx_ranges import nvtx_ranges
+from engine.request import SamplingParams
 from llmbench.cli import app
 from llmbench.profiling import nsys
 from llmbench.profiling.nsys_stats import load_stats, stats_csv_path
@@ -64,6 +67,37 @@ def test_nsys_window_is_harmless_without_a_gpu(tmp_path):
 
 
 # NVTX
+
+
+class StepCounter:
+    """An engine step hook that counts the steps it is called for."""
+
+    def __init__(self):
+        self.steps, self.closed = 0, False
+
+    def before_step(self) -> None:
+        self.steps += 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_window_counts_engine_steps_not_a_streamed_windows_hand_overs():
+    """A streamed multi-step window takes one step() call per forward, yet it is one engine step, one
+    row of steps.csv: --steps A:B must name the same steps as that column."""
+    hook = StepCounter()
+    engine = LLMEngine(EngineConfig(model=ModelConfig(executor="null"), num_scheduler_steps=4), hook)
+    for request_id in "ab":
+        engine.add_request(request_id, [5, 6, 7], SamplingParams(max_tokens=25, ignore_eos=True))
+    calls = 0
+    while engine.has_unfinished():
+        engine.step()
+        calls += 1
+    records = engine.drain_step_records()
+    assert hook.steps == len(records) == records[-1].step + 1
+    assert calls > 2 * hook.steps  # most calls were hand-overs
+    engine.shutdown()
+    assert hook.closed
 
 
 def test_nvtx_ranges_are_off_without_a_profiler():
