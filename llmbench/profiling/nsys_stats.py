@@ -1,6 +1,6 @@
 """Read the CSV tables `nsys stats --format csv` writes (nvtx_sum, cuda_gpu_kern_sum, cuda_api_sum,
 cuda_gpu_trace) and fold them into the summary kept as profile.json: time per engine phase, top kernels,
-CUDA API totals, and how busy the kernels kept the GPU, from the kernel timeline."""
+kernel time by kind, CUDA API totals, and how busy the kernels kept the GPU, from the kernel timeline."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from engine.nvtx_ranges import DOMAIN
+from llmbench.profiling.kernel_kinds import kernel_kinds
 from llmbench.step_stats import merge_intervals
 
 logger = logging.getLogger(__name__)
@@ -157,7 +158,12 @@ def summarize(
     summary = {
         "steps": steps,
         "phases": _phases(ranges, steps["total_ms"]),
-        "kernels": {"total_ms": kernel_ms, "count": sum(row["count"] for row in kernels), "top": top_kernels},
+        "kernels": {
+            "total_ms": kernel_ms,
+            "count": sum(row["count"] for row in kernels),
+            "top": top_kernels,
+            "kinds": kernel_kinds(kernels),
+        },
         "cuda_api": {"total_ms": api_ms, "count": sum(row["count"] for row in cuda_api), "top": top_api},
         "kernel_busy_fraction": None,
         "gpu_idle": None,

@@ -57,6 +57,17 @@ def _nsys(profile: dict) -> str:
         "<h4>Top kernels</h4>",
         f"<p>{kernels['count']} kernel launches, {kernels['total_ms']:.2f} ms of GPU time.</p>",
         _table(["kernel", "total ms", "count", "avg µs", "share of GPU"], _timed_rows(kernels["top"])),
+    ]
+    if "kinds" in kernels:  # profiles written before kernel kinds were counted have none
+        rows = [
+            [escape(row["kind"]), f"{row['total_ms']:.3f}", str(row["count"]), f"{row['share'] * 100:.1f}%"]
+            for row in kernels["kinds"]
+        ]
+        parts += [
+            "<h4>Kernel time by kind</h4>",
+            _table(["kind", "total ms", "count", "share of kernel time"], rows),
+        ]
+    parts += [
         f"<h4>CUDA API</h4><p>{api['count']} calls, {api['total_ms']:.2f} ms.</p>",
         _table(["call", "total ms", "count", "avg µs", "share"], _timed_rows(api["top"])),
     ]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from llmbench.profiling.kernel_kinds import kernel_kind
 from llmbench.profiling.nsys_stats import (
     kernel_timeline,
     load_stats,
@@ -145,9 +146,48 @@ def rounded(value):
 
 @pytest.mark.parametrize("prefix, name", [(ALL_OFF, "profile_all_off"), (ALL_ON, "profile_all_on")])
 def test_summary_matches_the_committed_h200_profile(tables, prefix, name):
+    """Every figure the committed profile holds comes out of its tables the same (those files predate
+    the kernel kinds, which the test below checks on the same tables)."""
     committed = json.loads((RESULTS / f"{name}.json").read_text())
     summary = load_stats(tables(prefix))
+    del summary["kernels"]["kinds"]
     assert rounded({key: committed[key] for key in summary}) == rounded(summary)
+
+
+def test_kernel_time_by_kind_of_a_graph_replayed_decode(tables):
+    kernels = load_stats(tables(ALL_ON))["kernels"]
+    kinds = {row["kind"]: row for row in kernels["kinds"]}
+    # every kernel counted once, in one kind
+    assert sum(row["total_ms"] for row in kinds.values()) == pytest.approx(kernels["total_ms"])
+    assert sum(row["count"] for row in kinds.values()) == kernels["count"]
+    # 24 forwards of 32 layers: four cuBLAS GEMMs a layer, the QKV one split-K (its reduce is GEMM
+    # time too), plus the LM head of each forward
+    assert kinds["gemm"]["count"] == 24 * 32 * 5 + 24
+    assert kinds["attention"]["count"] == 24 * 32  # one decode kernel a layer, no partition merge
+    assert kinds["norm"]["count"] == 24 * (2 * 32 + 1)
+    assert kinds["activation"]["count"] == kinds["rope + kv write"]["count"] == 24 * 32
+    assert kinds["gemm"]["total_ms"] == pytest.approx(83.87 + 35.13 + 17.81 + 13.12 + 3.87, abs=0.01)
+    assert kernels["kinds"][0]["kind"] == "gemm" and kernels["kinds"][1]["kind"] == "attention"
+    assert 0.98 < sum(row["share"] for row in kernels["kinds"]) < 1.02
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT", "gemm"),
+        ("void cublasLt::splitKreduce_kernel<(int)32, (int)16, int, float>", "gemm"),
+        ("_gemv_kernel", "gemm"),
+        ("_merge_partitions_kernel", "attention"),
+        ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128", "attention"),
+        ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>", "attention"),
+        ("_rope_write_kv_kernel", "rope + kv write"),
+        ("_pick_chunk_kernel", "sampling"),
+        ("void at::native::<unnamed>::indexSelectSmallIndex<c10::BFloat16, int>", "embedding + copies"),
+        ("void at::native::vectorized_elementwise_kernel<(int)4, CUDAFunctorOnSelf_add<int>>", "other"),
+    ],
+)
+def test_kernel_kind_by_name(name, kind):
+    assert kernel_kind(name) == kind
 
 
 def test_summary_keeps_only_the_llmbench_domain():
