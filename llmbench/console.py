@@ -95,6 +95,14 @@ def metrics_table(summary: dict[str, Any]) -> Table:
     if steps.get("throughput_of_bound") is not None:
         reached = f"{_fmt(steps['bound_output_throughput'])} ({steps['throughput_of_bound']:.1%} reached)"
         rows.append(("roofline bound output (tok/s)", reached))
+        if steps.get("throughput_of_serial_bound") is not None:
+            serial = steps["serial_bound_output_throughput"]
+            rows.append(
+                (
+                    "serial bound output (tok/s)",
+                    f"{_fmt(serial)} ({steps['throughput_of_serial_bound']:.1%} reached)",
+                )
+            )
     for label, value in rows:
         table.add_row(label, value)
     return table

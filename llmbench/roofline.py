@@ -5,6 +5,9 @@ bytes from the model shape and the step's batch (llmbench/step_costs.py: weights
 the KV each sequence reads, prefill attention over its causal pairs) and the peaks the ceilings the
 run measured at its start (llmbench/ceilings.py; times tensor_parallel_size, every rank having its own).
 The steps run one after another, so their sum is the least time this schedule of the workload takes.
+The serial bound (serial_bound_s, throughput_of_serial_bound) also runs each step's matmuls and
+attention one after the other, each at its own roofline: what a forward of dependent kernels can
+reach without running attention beside the matmuls.
 
 The window is the run's throughput's: the timed trials' steps against their output tokens and
 durations, pooled over trials. bound_output_throughput = output tokens / bound_s, and
@@ -46,7 +49,9 @@ def bound_summary(
 ) -> dict[str, Any]:
     """The ceilings, and with them bound_s, bound_output_throughput and throughput_of_bound; when a
     figure cannot be had, `bound_unavailable` says why and the figures are None."""
-    summary = {"bound_s": None, "bound_output_throughput": None, "throughput_of_bound": None, **ceilings}
+    keys = ("bound_s", "bound_output_throughput", "throughput_of_bound")
+    keys += ("serial_bound_s", "serial_bound_output_throughput", "throughput_of_serial_bound")
+    summary = {**dict.fromkeys(keys), **ceilings}
     if "bound_unavailable" in ceilings:
         return summary
     costs = measured_costs(config, ceilings)
@@ -57,7 +62,7 @@ def bound_summary(
     bounds = [costs.bound_s(r) for r in rows]
     if None in bounds:
         return {**summary, "bound_unavailable": "steps without batch context (num_context_tokens)"}
-    bound_s = sum(bounds)
+    bound_s, serial_s = sum(bounds), sum(costs.serial_bound_s(r) for r in rows)
     tokens = sum(t["total_output_tokens"] for t in trials)
     duration = sum(t["duration_s"] for t in trials)
     if not (bound_s > 0 and tokens and duration > 0):
@@ -67,4 +72,7 @@ def bound_summary(
         "bound_s": bound_s,
         "bound_output_throughput": tokens / bound_s,
         "throughput_of_bound": bound_s / duration,
+        "serial_bound_s": serial_s,
+        "serial_bound_output_throughput": tokens / serial_s,
+        "throughput_of_serial_bound": serial_s / duration,
     }

@@ -48,27 +48,33 @@ class StepCosts:
             peaks_source="config" if bandwidth_gb_s or tflops else "default (H200)",
         )
 
-    def step_bytes(self, row: dict[str, Any]) -> float | None:
-        """Weights read once per forward plus the KV cache every scheduled sequence reads."""
-        kv_tokens = _kv_tokens_read(row)
-        if kv_tokens is None:
-            return None
-        forwards = row["num_steps"]
-        weights = self.shape.param_bytes(self.dtype_bytes)
-        return forwards * weights + kv_tokens * self.shape.kv_bytes_per_token(self.dtype_bytes)
-
-    def step_flops(self, row: dict[str, Any]) -> float | None:
-        """Matmul FLOPs of every new token plus attention (QK^T and PV) over the causal query-key
-        pairs; rows written before steps.csv had `num_attention_pairs` count each sequence's newest
-        token only, so their prefill attention reads low."""
+    def step_parts(self, row: dict[str, Any]) -> tuple[float, float, float, float] | None:
+        """(matmul bytes, attention bytes, matmul FLOPs, attention FLOPs) of a step. Matmuls read the
+        weights once per forward and do the FLOPs of every new token; attention reads the KV cache each
+        scheduled sequence holds and does QK^T and PV over the causal query-key pairs (rows written
+        before steps.csv had `num_attention_pairs` count each sequence's newest token only, so their
+        prefill attention reads low)."""
         kv_tokens = _kv_tokens_read(row)
         if kv_tokens is None:
             return None
         forwards = row["num_steps"]
         tokens_per_forward = row["num_prefill_tokens"] + row["num_decode_seqs"]
-        matmuls = self.shape.forward_flops(tokens_per_forward, 0, num_logits=row["num_decode_seqs"])
-        attention = 4 * self.shape.num_layers * self.shape.q_size * (kv_tokens + _prompt_pairs(row))
-        return forwards * matmuls + attention
+        matmul_flops = self.shape.forward_flops(tokens_per_forward, 0, num_logits=row["num_decode_seqs"])
+        attention_flops = 4 * self.shape.num_layers * self.shape.q_size * (kv_tokens + _prompt_pairs(row))
+        return (
+            forwards * self.shape.param_bytes(self.dtype_bytes),
+            kv_tokens * self.shape.kv_bytes_per_token(self.dtype_bytes),
+            forwards * matmul_flops,
+            attention_flops,
+        )
+
+    def step_bytes(self, row: dict[str, Any]) -> float | None:
+        parts = self.step_parts(row)
+        return None if parts is None else parts[0] + parts[1]
+
+    def step_flops(self, row: dict[str, Any]) -> float | None:
+        parts = self.step_parts(row)
+        return None if parts is None else parts[2] + parts[3]
 
     def utilization(self, row: dict[str, Any]) -> tuple[float, float]:
         """(MBU, MFU) of one step; NaN without GPU time or batch context."""
@@ -83,12 +89,28 @@ class StepCosts:
     def bound_s(self, row: dict[str, Any]) -> float | None:
         """The least time the step's work takes at the peaks: its FLOPs at the peak FLOP rate or its
         bytes at the peak bandwidth, whichever is longer. A step that ran no token has none."""
+        return self._bound(row, serial=False)
+
+    def serial_bound_s(self, row: dict[str, Any]) -> float | None:
+        """The least time when matmuls and attention run one after the other, as a forward's kernels
+        do (each layer's attention needs its QKV projection, and its output projection needs it):
+        each at its own roofline, summed. Never below bound_s, which lets attention's KV reads hide
+        under the matmuls' FLOPs."""
+        return self._bound(row, serial=True)
+
+    def _bound(self, row: dict[str, Any], serial: bool) -> float | None:
         if not row["num_prefill_tokens"] and not row["num_decode_seqs"]:
             return 0.0
-        nbytes, flops = self.step_bytes(row), self.step_flops(row)
-        if nbytes is None or flops is None:
+        parts = self.step_parts(row)
+        if parts is None:
             return None
-        return max(flops / self.peak_flops, nbytes / self.peak_bandwidth)
+        matmul_bytes, attention_bytes, matmul_flops, attention_flops = parts
+        bw, peak = self.peak_bandwidth, self.peak_flops
+        if serial:
+            return max(matmul_flops / peak, matmul_bytes / bw) + max(
+                attention_flops / peak, attention_bytes / bw
+            )
+        return max((matmul_flops + attention_flops) / peak, (matmul_bytes + attention_bytes) / bw)
 
 
 def _kv_tokens_read(row: dict[str, Any]) -> float | None:

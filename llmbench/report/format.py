@@ -84,6 +84,14 @@ METRICS = {
     "throughput_of_bound": Metric(
         "Fraction of bound", "%", "output throughput / bound output throughput (= bound time / duration)"
     ),
+    "serial_bound_output_throughput": Metric(
+        "Serial bound output throughput",
+        "tok/s",
+        "output tokens / the sum over steps of matmuls' and attention's own roofline times",
+    ),
+    "throughput_of_serial_bound": Metric(
+        "Fraction of serial bound", "%", "output throughput / serial bound output throughput"
+    ),
     "ceiling_gemm_flops_per_s": Metric(
         "GEMM ceiling", "FLOP/s", "measured at run start: a large dense matmul in the model's dtype"
     ),

@@ -93,6 +93,27 @@ def test_the_throughput_workload_reproduces_the_issues_hand_calculation():
     assert windowed == pytest.approx(single, rel=1e-9)  # a window's forwards read one more position each
 
 
+def test_the_serial_bound_runs_matmuls_and_attention_one_after_the_other():
+    costs = measured_costs(LLAMA3_8B, H200)
+    rows = throughput_workload(8)
+    assert all(costs.serial_bound_s(r) >= costs.bound_s(r) * (1 - 1e-12) for r in rows)
+    # a prefill step is compute-bound in its matmuls and in its attention: the two bounds agree
+    assert costs.serial_bound_s(rows[0]) == pytest.approx(costs.bound_s(rows[0]), rel=1e-12)
+    # a decode window of 256 sequences: matmuls bound by their FLOPs (256 rows a weight sit past the
+    # ridge point), attention by its KV reads; one after the other, their times add
+    matmul_bytes, attention_bytes, matmul_flops, attention_flops = costs.step_parts(rows[8])
+    assert (
+        matmul_flops / 7.84e14 > matmul_bytes / 4.2e12
+        and attention_bytes / 4.2e12 > attention_flops / 7.84e14
+    )
+    assert costs.serial_bound_s(rows[8]) == pytest.approx(matmul_flops / 7.84e14 + attention_bytes / 4.2e12)
+    assert costs.bound_s(rows[8]) == pytest.approx((matmul_bytes + attention_bytes) / 4.2e12)
+    # 7.0 ms a forward against the bound's 5.9 ms: 15.5k output tok/s against 16.5k
+    s = bound_summary(rows, LLAMA3_8B, H200, [trial(256 * 128, 2.9)])
+    assert s["serial_bound_output_throughput"] == pytest.approx(15.45e3, rel=0.01)
+    assert s["throughput_of_serial_bound"] == pytest.approx(s["serial_bound_s"] / 2.9)
+
+
 def test_trials_are_pooled_like_their_tokens_and_durations():
     rows = [step(decode=1, context=100, pairs=100)] * 3  # two trials' steps, in one log
     s = bound_summary(rows, TINY, UNIT, [trial(2, 1.0), trial(1, 3.0)])
@@ -103,7 +124,9 @@ def test_trials_are_pooled_like_their_tokens_and_durations():
 def test_without_a_bound_the_summary_says_why():
     reason = {"bound_unavailable": "model.executor null: no model runs, so its roofline does not apply"}
     s = bound_summary([step(decode=1, context=9)], TINY, reason, [trial(1, 1.0)])
-    assert s == {"bound_s": None, "bound_output_throughput": None, "throughput_of_bound": None, **reason}
+    figures = ("bound_s", "bound_output_throughput", "throughput_of_bound")
+    figures += ("serial_bound_s", "serial_bound_output_throughput", "throughput_of_serial_bound")
+    assert s == {**dict.fromkeys(figures), **reason}
     assert bound_summary([], TINY, UNIT, [])["bound_unavailable"] == "no timed engine steps"
     old = {**step(decode=1), "num_context_tokens": None}  # a log from before the context count
     assert "batch context" in bound_summary([old], TINY, UNIT, [trial(1, 1.0)])["bound_unavailable"]

@@ -12,6 +12,8 @@ FIGURES = (
     "throughput_of_bound",
     "bound_output_throughput",
     "bound_s",
+    "throughput_of_serial_bound",
+    "serial_bound_output_throughput",
     "ceiling_gemm_flops_per_s",
     "ceiling_copy_bytes_per_s",
 )
@@ -20,7 +22,9 @@ EXPLAIN = (
     "once per forward, the KV its sequences read) at the measured copy bandwidth, whichever is longer; "
     "the bound is their sum over the timed steps, and its throughput the run's output tokens over it. "
     "The ceilings are measured on the run's device at its start. A workload with timed arrivals waits "
-    "for its requests, which the bound does not count."
+    "for its requests, which the bound does not count. The serial bound runs each step's matmuls and "
+    "attention one after the other, each at its own roofline, as a forward's dependent kernels run: "
+    "what is left to win without running attention beside the matmuls."
 )
 
 
