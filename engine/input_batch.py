@@ -124,6 +124,7 @@ class InputBuffers:
         self._hosts = [self._host_buffer(capacity) for _ in range(2 if self._on_cuda else 1)]
         # a host buffer may only be refilled once the copy that last read it is done
         self._copied = [torch.cuda.Event() for _ in self._hosts] if self._on_cuda else []
+        self._stream = torch.cuda.current_stream(device) if self._on_cuda else None  # as TokenReadback
         self._device_buf = torch.empty(capacity, dtype=torch.int32, device=device) if self._on_cuda else None
         self._turn = 0
         # the last step's packed buffer (on the device) and its layout: what rank 0 of a tensor-
@@ -251,7 +252,7 @@ class InputBuffers:
         self.packed = self._views[2]
         if self._on_cuda:
             self.packed.copy_(self._host_views[self._turn][3], non_blocking=True)
-            self._copied[self._turn].record()
+            self._copied[self._turn].record(self._stream)
 
 
 def prepare_inputs(batch: ScheduledBatch, block_size: int, device: torch.device) -> ModelInput:

@@ -230,7 +230,7 @@ class LLMEngine:
             launched = InFlightStep(scheduled, self.executor.execute(batch), streamed=streamed)
         else:
             span = self._gpu_timer.span()
-            forwards = self.executor.execute(batch, before_launch=span.start.record)
+            forwards = self.executor.execute(batch, before_launch=span.record_start)
             launched = InFlightStep(scheduled, forwards, span, streamed)
             self._gpu_timer.stop(span)
         self.scheduler.advance(scheduled)

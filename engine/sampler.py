@@ -39,6 +39,7 @@ class _DeviceValues:
         # before the previous step's first forward, which the device has reached by the time the
         # engine prepares a step (it read the tokens of the step before), so this wait is a formality
         self._copied = torch.cuda.Event() if self._pinned else None
+        self._stream = torch.cuda.current_stream(device) if self._pinned else None  # as TokenReadback
         self._allocate(capacity)
 
     def _allocate(self, capacity: int) -> None:
@@ -60,7 +61,7 @@ class _DeviceValues:
         self._host_np[:total] = [value for part in parts for value in part]
         if self._copied is not None:
             self._device[:total].copy_(self._host[:total], non_blocking=True)
-            self._copied.record()
+            self._copied.record(self._stream)
         return list(self._device[:total].split(sizes))
 
 

@@ -73,21 +73,27 @@ class PhaseClock:
 
 class GpuSpan:
     """Start and end events around one step's device work; reused through GpuTimer's ring. The
-    executor records `start` once the host has prepared the step's inputs, just before the first
+    executor calls `record_start` once the host has prepared the step's inputs, just before the first
     forward's launch, so host work of a step the device waits for is idle time, not busy."""
 
-    __slots__ = ("start", "end")
+    __slots__ = ("start", "end", "_stream")
 
-    def __init__(self, new_event: Callable[[], object]):
+    def __init__(self, new_event: Callable[[], object], stream: object):
         self.start = new_event()
         self.end = new_event()
+        self._stream = stream
+
+    def record_start(self) -> None:
+        self.start.record(self._stream)
 
 
 class GpuTimer:
     """Fills StepRecord.gpu_* from events recorded on the current stream. Events wait in a small ring
     until they have fired (`query`), so reading them never stalls the host. Event times become host
     times through one anchor: an event recorded and synchronized once, at construction, paired with
-    perf_counter then; afterwards t(event) = anchor_host + elapsed(anchor, event)."""
+    perf_counter then; afterwards t(event) = anchor_host + elapsed(anchor, event). Each CUDA call
+    costs a GPU host several us: a steady step makes four (two records, one query, two elapsed
+    times read), none for an event known to have fired."""
 
     def __init__(
         self,
@@ -95,36 +101,46 @@ class GpuTimer:
         new_event: Callable[[], object] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ):
+        stream = None  # fake events (tests) record on none
         if new_event is None:
             import torch
 
             def new_event() -> object:
                 return torch.cuda.Event(enable_timing=True)
 
-        self._free = [GpuSpan(new_event) for _ in range(ring_size)]
+            stream = torch.cuda.current_stream()  # held: looking it up is a slow Python call
+        self._stream = stream
+        self._free = [GpuSpan(new_event, stream) for _ in range(ring_size)]
         self._waiting: deque[tuple[GpuSpan, StepRecord]] = deque()
         self._anchor = new_event()
-        self._anchor.record()
+        self._anchor.record(stream)
         self._anchor.synchronize()
         self._anchor_host = clock()
 
     def span(self) -> GpuSpan:
         """A free span for the next step; its start is recorded by the executor (see GpuSpan)."""
         if not self._free:
-            self._resolve_oldest()  # ring full: wait for the oldest, long since launched
+            self._waiting[0][0].end.synchronize()  # ring full: wait for the oldest, long since launched
+            self._resolve_oldest()
         return self._free.pop()
 
     def stop(self, span: GpuSpan) -> None:
-        span.end.record()
+        span.end.record(self._stream)
 
     def track(self, span: GpuSpan, record: StepRecord) -> None:
-        """Fill `record` from `span` once its events have fired; resolve those that have already."""
-        self._waiting.append((span, record))
+        """Fill `record` from `span` once its events have fired. Those tracked before that have fired
+        are resolved first: the span just launched has not, so asking would be a wasted call."""
         self.resolve()
+        self._waiting.append((span, record))
 
     def resolve(self, wait: bool = False) -> None:
         """Fill the records whose events have fired, in order; with wait, all of them."""
-        while self._waiting and (wait or self._waiting[0][0].end.query()):
+        while self._waiting:
+            end = self._waiting[0][0].end
+            if not end.query():
+                if not wait:
+                    return
+                end.synchronize()
             self._resolve_oldest()
 
     def oldest_unresolved(self) -> StepRecord | None:
@@ -132,8 +148,8 @@ class GpuTimer:
         return self._waiting[0][1] if self._waiting else None
 
     def _resolve_oldest(self) -> None:
+        """The oldest span's times, its end event known to have fired."""
         span, record = self._waiting.popleft()
-        span.end.synchronize()
         start_ms = self._anchor.elapsed_time(span.start)
         end_ms = self._anchor.elapsed_time(span.end)
         record.gpu_start = self._anchor_host + start_ms / 1e3

@@ -22,6 +22,9 @@ class TokenReadback:
             return
         self._rows = [torch.empty(max_rows, dtype=torch.int64, pin_memory=True) for _ in range(size)]
         self._events = [torch.cuda.Event() for _ in range(size)]
+        # recorded on a stream held, not looked up: torch.cuda.current_stream() is a Python call of
+        # 4-15 us on a GPU host, several times a step
+        self._stream = torch.cuda.current_stream(device)
         self._views: list[torch.Tensor | None] = [None] * size  # each row's last view: a steady batch's
         self._next = 0
 
@@ -35,5 +38,5 @@ class TokenReadback:
         if host is None or host.shape[0] != tokens.shape[0]:
             host = self._views[i] = self._rows[i][: tokens.shape[0]]
         host.copy_(tokens, non_blocking=True)
-        self._events[i].record()
+        self._events[i].record(self._stream)
         return ForwardTokens(tokens, host, self._events[i])

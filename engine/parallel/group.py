@@ -122,6 +122,7 @@ class TPGroup:
         # only once its copy to the device is done
         self._headers = [torch.zeros(_HEADER, dtype=torch.int32, pin_memory=on_cuda) for _ in range(2)]
         self._copied = [torch.cuda.Event() for _ in self._headers] if on_cuda else []
+        self._stream = torch.cuda.current_stream(device) if on_cuda else None  # as TokenReadback
         self._turn = 0
         self._comm_ms = 0.0
         self._range = phase_range(nvtx_ranges(), "comm")
@@ -195,7 +196,7 @@ class TPGroup:
         header.numpy()[:] = (*layout, use_graphs)
         self._buffer[:_HEADER].copy_(header, non_blocking=True)
         if self._copied:
-            self._copied[self._turn].record()
+            self._copied[self._turn].record(self._stream)
         self._buffer[_HEADER:size].copy_(packed, non_blocking=True)
         with self._range:
             self._call(dist.broadcast, self._buffer, src=0, group=self._group)

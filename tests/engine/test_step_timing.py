@@ -18,6 +18,7 @@ class FakeDevice:
         self.now_ms = 0.0
         self.fired_until = -1.0
         self.syncs = 0  # waits that blocked the host
+        self.calls = 0  # queries and synchronizations, each a CUDA call of host time
 
 
 class FakeEvent:
@@ -25,14 +26,16 @@ class FakeEvent:
         self.device = device
         self.time_ms: float | None = None
 
-    def record(self) -> None:
+    def record(self, stream=None) -> None:
         self.time_ms = self.device.now_ms
 
     def query(self) -> bool:
+        self.device.calls += 1
         return self.time_ms is not None and self.time_ms <= self.device.fired_until
 
     def synchronize(self) -> None:
-        if not self.query():
+        self.device.calls += 1
+        if not self.time_ms <= self.device.fired_until:
             self.device.syncs += 1  # the host had to wait
             self.device.fired_until = self.time_ms
 
@@ -54,7 +57,7 @@ def record(step: int) -> StepRecord:
 def timed_step(timer: GpuTimer, device: FakeDevice, start_ms: float, end_ms: float, step: int) -> StepRecord:
     device.now_ms = start_ms
     span = timer.span()
-    span.start.record()
+    span.record_start()
     device.now_ms = end_ms
     timer.stop(span)
     rec = record(step)
@@ -75,6 +78,19 @@ def test_events_resolve_once_fired_in_host_time():
     timer.resolve(wait=True)  # e.g. at drain_step_records
     assert second.gpu_ms == 2.0 and second.gpu_start == 100.005
     assert device.syncs == 2
+
+
+def test_a_steady_step_asks_about_one_event():
+    """Each step tracked after the last has fired costs one query and no synchronization: never one
+    for the span just launched, never a wait for an event a query found fired."""
+    timer, device = make_timer()
+    timed_step(timer, device, 6.0, 9.0, 0)
+    device.fired_until = 9.0
+    calls = device.calls
+    for step in range(1, 4):
+        timed_step(timer, device, 10.0 * step, 10.0 * step + 4, step)
+        device.fired_until = 10.0 * step + 4
+    assert device.calls - calls == 3 and device.syncs == 1
 
 
 def test_resolution_keeps_order_and_a_full_ring_waits_for_the_oldest():
