@@ -113,19 +113,29 @@ class ModelRunner:
             self.group.send_step(self.inputs.packed, layout, use_graphs)
             if before_launch is not None:
                 before_launch()
-        # tensor parallel: every forward at once, as on a GPU, since the other ranks run each window whole
-        lazy = self.device.type != "cuda" and self.group.size == 1
-        launched: list[ForwardTokens] = []
-        for step in range(batch.num_steps):
-            with torch.inference_mode():
-                if step:
-                    self.group.send_tokens(launched[-1].device)
-                inputs = window.next_forward(step, launched[-1].device) if step else window
-                launched.append(self.readback(self._sample(inputs, use_graphs, step)))
-            if lazy:
-                yield launched[-1]
+            # tensor parallel: every forward at once, as on a GPU, since the other ranks run each window
+            # whole; inside this inference-mode block, whose entry and exit cost a GPU host several us
+            lazy = self.device.type != "cuda" and self.group.size == 1
+            launched: list[ForwardTokens] = []
+            if not lazy:
+                for step in range(batch.num_steps):
+                    self._launch_forward(window, step, launched, use_graphs)
         if not lazy:
             yield from launched
+            return
+        for step in range(batch.num_steps):
+            with torch.inference_mode():
+                self._launch_forward(window, step, launched, use_graphs)
+            yield launched[-1]
+
+    def _launch_forward(
+        self, window: ModelInput, step: int, launched: list[ForwardTokens], use_graphs: bool
+    ) -> None:
+        """Forward `step` of the window, its tokens' host copy started, appended to `launched`."""
+        if step:
+            self.group.send_tokens(launched[-1].device)
+        inputs = window.next_forward(step, launched[-1].device) if step else window
+        launched.append(self.readback(self._sample(inputs, use_graphs, step)))
 
     def _sample(self, inputs: ModelInput, use_graphs: bool, step: int) -> torch.Tensor:
         """One forward and its sampled tokens; a graph's own argmax serves the greedy rows."""
