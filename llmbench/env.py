@@ -38,11 +38,11 @@ def collect_environment() -> dict[str, Any]:
         "gpu": props.name if props else None,
         "gpu_memory_gb": round(props.total_memory / 2**30, 1) if props else None,
         "cuda": torch.version.cuda if cuda else None,
-        "command": _command(),
+        "command": command_line(),
     }
 
 
-def _command() -> str:
+def command_line() -> str:
     """This process's command line, so that a result file names what made it (`python -m llmbench` as
     typed rather than the path of its __main__.py)."""
     program = Path(sys.argv[0]).name

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llmbench.config import load_config
+from llmbench.env import command_line
 from llmbench.profiling import nsys
 from llmbench.profiling.nsys_stats import load_stats
 from llmbench.profiling.profile_file import write_profile
@@ -65,7 +66,8 @@ def profile_run(
         summary = load_stats(nsys.run_stats(nsys_path, out_dir))
     else:
         summary = load_torch_summary(out_dir)
-    write_profile(out_dir, {"tool": tool, "step_range": str(steps), **summary})
+    # the profiling command itself: the run's summary.json names only the child `llmbench run`
+    write_profile(out_dir, {"tool": tool, "step_range": str(steps), "command": command_line(), **summary})
     from llmbench.report import write_report
 
     write_report([out_dir], out_dir)

@@ -1,6 +1,7 @@
 import glob
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -187,17 +188,18 @@ def test_profile_usage_errors_exit_2(null_config_file, args, message):
 
 
 @pytest.mark.parametrize("split", [[], ["--set", "engine.process_split=true"]], ids=["in-process", "split"])
-def test_torch_profile_end_to_end(null_config_file, tmp_path, split):
+def test_torch_profile_end_to_end(null_config_file, tmp_path, split, monkeypatch):
     # split: the core process opens the window around its own steps; the frontend, which runs no
     # torch op, would capture an empty table
     out = tmp_path / "run"
-    result = CliRunner().invoke(
-        app, ["profile", str(null_config_file), "--torch", "--steps", "3:6", "--out", str(out), *split]
-    )
+    args = ["profile", str(null_config_file), "--torch", "--steps", "3:6", "--out", str(out), *split]
+    monkeypatch.setattr(sys, "argv", ["/usr/local/bin/llmbench", *args])  # as the shell would start it
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     profile = json.loads((out / "profile.json").read_text())
     # CUDA activity is recorded wherever a GPU is present, even around the null executor's CPU steps
     assert (profile["tool"], profile["step_range"]) == ("torch", "3:6")
+    assert profile["command"] == shlex.join(["llmbench", *args])
     assert profile["cuda"] == torch.cuda.is_available()
     names = [op["name"] for op in profile["top_ops"]]
     assert names and all(
