@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 import llmbench.backends
-import llmbench.runner
+import llmbench.backends.bundled
 from engine.request import SamplingParams
 from llmbench.backends.bundled import BundledBackend
 from llmbench.cli import app
@@ -104,7 +104,7 @@ def test_timed_out_requests_are_aborted_and_counted_as_failed(tmp_path):
 def test_profile_window_counts_the_steps_that_drain_timed_out_requests(tmp_path, monkeypatch):
     # `--steps A:B` is in steps.csv's numbering: the steps that clear aborted requests count too
     window = ProfileWindow("nsys", StepRange(10**6), tmp_path)  # never opens
-    monkeypatch.setattr(llmbench.runner, "window_from_env", lambda: window)
+    monkeypatch.setattr(llmbench.backends.bundled, "window_from_env", lambda: window)  # the engine's hook
     overrides = [
         "workload.warmup_requests=0",
         "workload.num_requests=16",
