@@ -242,6 +242,14 @@ def reported(files: Files) -> list[dict[str, Any]]:
         ablation = files.get(name)
         on, off = throughput(variant(ablation, "all on")), throughput(variant(ablation, "all off"))
         rows.append({"name": label, "value": ratio(on, off), "files": [name]})
+    steps = (files.get("throughput_bound.json") or {}).get("steps") or {}
+    rows.append(
+        {
+            "name": "throughput workload / its serial bound (matmuls, then attention)",
+            "value": steps.get("throughput_of_serial_bound"),
+            "files": ["throughput_bound.json"],
+        }
+    )
     agreement = files.get("agreement.json")
     rows.append(
         {
