@@ -92,8 +92,8 @@ class GpuTimer:
     until they have fired (`query`), so reading them never stalls the host. Event times become host
     times through one anchor: an event recorded and synchronized once, at construction, paired with
     perf_counter then; afterwards t(event) = anchor_host + elapsed(anchor, event). Each CUDA call
-    costs a GPU host several us: a steady step makes four (two records, one query, two elapsed
-    times read), none for an event known to have fired."""
+    costs a GPU host several us: a steady step makes five (two records, one query, two elapsed
+    times read) and waits on no event a query found fired."""
 
     def __init__(
         self,
