@@ -11,6 +11,9 @@ from engine.request import SamplingParams
 
 @dataclass
 class ScheduledSeq:
+    """One sequence's part of a step. The scheduler refills each sequence's two entries in turn, so
+    an entry holds until that sequence's next-but-one step is scheduled."""
+
     seq_id: int
     token_ids: list[int]  # the sequence's tokens so far (prompt + outputs); read, never mutated
     num_computed: int  # tokens whose K/V is already in the cache: the first new token's position

@@ -207,16 +207,28 @@ def _add(out: SchedulerOutput, seq: Sequence, num_new: int, num_tokens: int) -> 
         out.batch.feed_rows.append(out.num_tokens)
         out.batch.feed_cols.append(seq.pending_col)
     out.num_tokens += num_new
-    # positional: half the cost of keywords, which shows at hundreds of sequences per step
-    entry = ScheduledSeq(
-        seq.seq_id,
-        seq.token_ids,
-        num_computed,
-        num_new,
-        seq.block_table,
-        seq.params,
-        num_computed + num_new == num_tokens,  # sample
-        num_tokens - seq.num_prompt_tokens,  # num_outputs
-    )
+    # Each sequence's two entries take turns: a step's entries are read until its outputs are
+    # processed, which is before the sequence's next-but-one step is scheduled (the engine holds the
+    # step in flight and the one it launches, no more). Refilling one costs a sixth of building it,
+    # 9 against 57 us a step at 256 sequences.
+    turn = seq.entry_turn = 1 - seq.entry_turn
+    entry = seq.entries[turn]
+    sample = num_computed + num_new == num_tokens
+    if entry is None:
+        # positional: half the cost of keywords
+        entry = seq.entries[turn] = ScheduledSeq(
+            seq.seq_id,
+            seq.token_ids,
+            num_computed,
+            num_new,
+            seq.block_table,
+            seq.params,
+            sample,
+            num_tokens - seq.num_prompt_tokens,  # num_outputs
+        )
+    else:
+        entry.num_computed, entry.num_new, entry.sample = num_computed, num_new, sample
+        entry.num_outputs = num_tokens - seq.num_prompt_tokens
+        entry.block_table = seq.block_table  # a preempted sequence gets a new list
     out.batch.seqs.append(entry)
     out.seqs.append(seq)

@@ -33,6 +33,8 @@ class Sequence:
         "t_scheduled",
         "status",
         "finish_reason",
+        "entries",
+        "entry_turn",
     )
 
     def __init__(
@@ -61,6 +63,9 @@ class Sequence:
         self.t_scheduled: float | None = None
         self.status = SequenceStatus.WAITING
         self.finish_reason: FinishReason | None = None
+        # the scheduler's two ScheduledSeq of this sequence, refilled in turn (engine/scheduler.py _add)
+        self.entries: list = [None, None]
+        self.entry_turn = 0
 
     @property
     def num_tokens(self) -> int:

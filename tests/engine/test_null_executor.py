@@ -17,7 +17,9 @@ def test_every_null_step_prepares_the_model_inputs(monkeypatch, num_steps):
 
     def recording_prepare(self, batch):
         inputs = prepare(self, batch)
-        prepared.append((batch, inputs.positions.tolist(), inputs.attn.seq_lens.tolist()))
+        # the batch as it ran: the scheduler refills its entries for later steps
+        facts = [(s.seq_id, s.num_computed, s.num_new, s.seq_len, s.sample) for s in batch.seqs]
+        prepared.append((facts, batch.num_steps, inputs.positions.tolist(), inputs.attn.seq_lens.tolist()))
         return inputs
 
     monkeypatch.setattr(InputBuffers, "prepare", recording_prepare)
@@ -41,8 +43,8 @@ def test_every_null_step_prepares_the_model_inputs(monkeypatch, num_steps):
     engine.generate(prompts, SamplingParams(max_tokens=6, ignore_eos=True))
     steps = engine.drain_step_records()
     assert len(prepared) == len(steps) > 3
-    for (batch, positions, seq_lens), (sampled_ids, window) in zip(prepared, sampling, strict=True):
-        seqs = batch.seqs
-        assert positions[: seqs[0].num_new] == list(range(seqs[0].num_computed, seqs[0].seq_len))
-        assert seq_lens[: len(seqs)] == [s.seq_len for s in seqs]
-        assert sampled_ids == [s.seq_id for s in seqs if s.sample] and window == batch.num_steps
+    for (facts, ran, positions, seq_lens), (sampled_ids, window) in zip(prepared, sampling, strict=True):
+        _, num_computed, num_new, seq_len, _ = facts[0]
+        assert positions[:num_new] == list(range(num_computed, seq_len))
+        assert seq_lens[: len(facts)] == [seq_len for _, _, _, seq_len, _ in facts]
+        assert sampled_ids == [seq_id for seq_id, *_, sample in facts if sample] and window == ran
