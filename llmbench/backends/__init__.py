@@ -42,8 +42,8 @@ class ServedOutput(RequestOutput):
 
 class Backend(Protocol):
     model_info: ModelInfo
-    # True when engine steps run in another process that opens the profile window around them itself
-    # (the split engine's core); the runner then opens none around its polls
+    # True when the engine opens the profile window around its own steps (the bundled engine, in
+    # process or in its split core; a server's); the runner then opens none around its polls
     profiles_own_steps: bool
     # True when each output's t_emit is when it reached the client, on the runner's clock (an HTTP
     # stream's read, the hf streamer's decode step); the runner records that instead of its poll's time
