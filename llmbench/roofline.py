@@ -59,10 +59,10 @@ def bound_summary(
         return {**summary, "bound_unavailable": "the model's shape cannot be read"}
     if not rows:
         return {**summary, "bound_unavailable": "no timed engine steps"}
-    bounds = [costs.bound_s(r) for r in rows]
+    bounds = [costs.bounds_s(r) for r in rows]
     if None in bounds:
         return {**summary, "bound_unavailable": "steps without batch context (num_context_tokens)"}
-    bound_s, serial_s = sum(bounds), sum(costs.serial_bound_s(r) for r in rows)
+    bound_s, serial_s = (sum(column) for column in zip(*bounds, strict=True))
     tokens = sum(t["total_output_tokens"] for t in trials)
     duration = sum(t["duration_s"] for t in trials)
     if not (bound_s > 0 and tokens and duration > 0):

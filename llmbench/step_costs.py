@@ -81,36 +81,38 @@ class StepCosts:
         gpu_s = gpu_seconds(row)
         if gpu_s is None:  # CPU runs: every step, so skip the byte and FLOP counts
             return math.nan, math.nan
-        nbytes, flops = self.step_bytes(row), self.step_flops(row)
-        if nbytes is None or flops is None:
+        parts = self.step_parts(row)
+        if parts is None:
             return math.nan, math.nan
+        nbytes, flops = parts[0] + parts[1], parts[2] + parts[3]
         return nbytes / gpu_s / self.peak_bandwidth, flops / gpu_s / self.peak_flops
 
     def bound_s(self, row: dict[str, Any]) -> float | None:
         """The least time the step's work takes at the peaks: its FLOPs at the peak FLOP rate or its
         bytes at the peak bandwidth, whichever is longer. A step that ran no token has none."""
-        return self._bound(row, serial=False)
+        bounds = self.bounds_s(row)
+        return None if bounds is None else bounds[0]
 
     def serial_bound_s(self, row: dict[str, Any]) -> float | None:
         """The least time when matmuls and attention run one after the other, as a forward's kernels
         do (each layer's attention needs its QKV projection, and its output projection needs it):
         each at its own roofline, summed. Never below bound_s, which lets attention's KV reads hide
         under the matmuls' FLOPs."""
-        return self._bound(row, serial=True)
+        bounds = self.bounds_s(row)
+        return None if bounds is None else bounds[1]
 
-    def _bound(self, row: dict[str, Any], serial: bool) -> float | None:
+    def bounds_s(self, row: dict[str, Any]) -> tuple[float, float] | None:
+        """(bound_s, serial_bound_s) of a step from one count of its bytes and FLOPs."""
         if not row["num_prefill_tokens"] and not row["num_decode_seqs"]:
-            return 0.0
+            return 0.0, 0.0
         parts = self.step_parts(row)
         if parts is None:
             return None
         matmul_bytes, attention_bytes, matmul_flops, attention_flops = parts
         bw, peak = self.peak_bandwidth, self.peak_flops
-        if serial:
-            return max(matmul_flops / peak, matmul_bytes / bw) + max(
-                attention_flops / peak, attention_bytes / bw
-            )
-        return max((matmul_flops + attention_flops) / peak, (matmul_bytes + attention_bytes) / bw)
+        roofline = max((matmul_flops + attention_flops) / peak, (matmul_bytes + attention_bytes) / bw)
+        matmuls = max(matmul_flops / peak, matmul_bytes / bw)
+        return roofline, matmuls + max(attention_flops / peak, attention_bytes / bw)
 
 
 def _kv_tokens_read(row: dict[str, Any]) -> float | None:
@@ -148,9 +150,10 @@ def utilization_summary(rows: Sequence[dict[str, Any]], costs: StepCosts | None)
     nbytes = flops = gpu_s = 0.0
     if costs is not None:
         for r in rows:
-            seconds, b, f = gpu_seconds(r), costs.step_bytes(r), costs.step_flops(r)
-            if seconds is not None and b is not None and f is not None:
-                nbytes, flops, gpu_s = nbytes + b, flops + f, gpu_s + seconds
+            seconds, parts = gpu_seconds(r), costs.step_parts(r)
+            if seconds is not None and parts is not None:
+                nbytes, flops = nbytes + parts[0] + parts[1], flops + parts[2] + parts[3]
+                gpu_s += seconds
     if not gpu_s:
         return {"mbu": None, "mfu": None}
     return {
