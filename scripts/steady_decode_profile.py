@@ -1,0 +1,91 @@
+"""Where a steady decode step's host time goes, by function: cProfile over 300 single-step decode steps
+of 256 sequences with every overlap off (the null executor, or with --gpu the real model runner on
+CUDA, Llama-3-8B shapes, graphs on). cProfile adds its own cost to every Python call, so the figures
+rank functions and compare hosts; the step times of scripts/cpu_overhead.py are the ones to quote.
+
+    python scripts/steady_decode_profile.py results/cpu/steady_decode_profile.json
+    python scripts/steady_decode_profile.py --gpu results/h200/steady_decode_profile.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import time
+from pathlib import Path
+
+import torch
+
+from engine.config import EngineConfig, ModelConfig
+from engine.gc_heap import freeze_heap
+from engine.llm_engine import LLMEngine
+from engine.request import SamplingParams
+from llmbench.env import command_line
+
+NUM_SEQS, STEPS, TOP = 256, 300, 40
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--gpu", action="store_true")
+    args = parser.parse_args()
+    if args.gpu:
+        model = ModelConfig(preset="llama3-8b", device="cuda", dtype="bfloat16")
+    else:
+        model = ModelConfig(preset="llama3-8b", executor="null")
+    engine = LLMEngine(
+        EngineConfig(
+            model=model,
+            max_num_seqs=NUM_SEQS,
+            max_model_len=4096,
+            num_scheduler_steps=1,
+            async_output=False,
+            async_scheduling=False,
+            cuda_graphs=args.gpu,
+        )
+    )
+    for i in range(NUM_SEQS):
+        engine.add_request(str(i), list(range(1, 129)), SamplingParams(max_tokens=3000, ignore_eos=True))
+    for _ in range(20):  # prefill, then decodes until the graphs and buffers are warm
+        engine.step()
+    engine.drain_step_records()
+    freeze_heap()
+    profile = cProfile.Profile()
+    start = time.perf_counter()
+    profile.enable()
+    for _ in range(STEPS):
+        engine.step()
+    profile.disable()
+    wall_ms = (time.perf_counter() - start) * 1e3 / STEPS
+    engine.shutdown()
+    stats = pstats.Stats(profile)
+    rows = []
+    for (path, line, name), (_, calls, tottime, cumtime, _) in stats.stats.items():
+        where = f"{Path(path).name}:{line}({name})" if line else name
+        rows.append(
+            {
+                "function": where,
+                "calls_per_step": calls / STEPS,
+                "self_us_per_step": tottime / STEPS * 1e6,
+                "cumulative_us_per_step": cumtime / STEPS * 1e6,
+            }
+        )
+    rows.sort(key=lambda r: -r["self_us_per_step"])
+    for row in rows[:TOP]:
+        print(f"{row['self_us_per_step']:8.1f} us  {row['calls_per_step']:7.1f}x  {row['function']}")
+    result = {
+        "command": f"python scripts/{command_line()}",
+        "device": torch.cuda.get_device_name() if args.gpu else "null executor",
+        "num_seqs": NUM_SEQS,
+        "steps": STEPS,
+        "profiled_step_ms": wall_ms,
+        "top_by_self_time": rows[:TOP],
+    }
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
