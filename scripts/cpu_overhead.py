@@ -1,9 +1,11 @@
 """Host time per engine step with 256 sequences decoding, null executor (no model forward, but the model
 runner's own input preparation into host buffers), single-step and 8 scheduler steps: the CPU-overhead
 figures of the engine core. With --gpu the same on CUDA with the real model runner (Llama-3-8B shapes,
-random bfloat16 weights, CUDA graphs on), adding the median GPU time of a step. Each row also times a
-fixed piece of the same per-sequence Python (host_reference_us, before and after the row): the H200
-hosts lent for these runs differed up to 2x in speed, between calls and inside one.
+random bfloat16 weights, CUDA graphs on), adding the median GPU time of a step. The H200 hosts lent
+for these runs differ up to 2x in speed, between calls and inside one, so each row also times the
+host: a fixed piece of per-sequence Python (host_reference_us, before and after the row), and with
+--gpu the null executor's single step at the same moment (null_host_ms, before and after: the
+engine's own Python, whose working set a tight loop does not have).
     python scripts/cpu_overhead.py --out results/cpu/cpu_overhead.json
     python scripts/cpu_overhead.py --gpu --out results/h200/cpu_overhead.json"""
 
@@ -46,8 +48,14 @@ def drain(engine: LLMEngine, gpu: bool) -> list:
     return engine.drain_step_records()
 
 
-def measure(num_scheduler_steps: int, gpu: bool) -> dict:
+def null_host_ms() -> float:
+    """The null executor's median single-step host time, as its row measures it (a few seconds)."""
+    return measure(1, gpu=False, forwards=200)["host_ms_per_step"]
+
+
+def measure(num_scheduler_steps: int, gpu: bool, forwards: int = FORWARDS) -> dict:
     reference_before = host_reference_us()
+    null_before = null_host_ms() if gpu else None
     if gpu:
         model = ModelConfig(preset="llama3-8b", device="cuda", dtype="bfloat16")
     else:
@@ -67,7 +75,7 @@ def measure(num_scheduler_steps: int, gpu: bool) -> dict:
         engine.step()
     drain(engine, gpu)
     freeze_heap()  # the garbage collector as the benchmark runner and the engine core set it
-    for _ in range(FORWARDS):  # a streamed window takes one step() call per forward
+    for _ in range(forwards):  # a streamed window takes one step() call per forward
         engine.step()
     records = [r for r in drain(engine, gpu) if r.num_decode_seqs == NUM_SEQS]
 
@@ -87,6 +95,8 @@ def measure(num_scheduler_steps: int, gpu: bool) -> dict:
         row["gpu_ms"] = median("gpu_ms")
     engine.shutdown()
     row["host_reference_us"] = [reference_before, host_reference_us()]
+    if gpu:
+        row["null_host_ms"] = [null_before, null_host_ms()]
     return row
 
 
@@ -104,6 +114,7 @@ def main() -> None:
             f"(medians over {row['decode_steps']} steps)"
             + (f"; GPU {row['gpu_ms']:.3f}" if args.gpu else "")
             + "; host reference {:.1f} / {:.1f} us".format(*row["host_reference_us"])
+            + ("; null executor {:.3f} / {:.3f} ms".format(*row["null_host_ms"]) if args.gpu else "")
         )
     if args.out:
         result = {
