@@ -11,6 +11,7 @@ engine's own Python, whose working set a tight loop does not have).
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -120,6 +121,7 @@ def main() -> None:
         result = {
             "command": f"python scripts/cpu_overhead.py {'--gpu ' if args.gpu else ''}--out {args.out}",
             "cpu": platform.processor() or platform.machine(),
+            "cpu_affinity": sorted(os.sched_getaffinity(0)),  # a run under taskset says so here
             "device": torch.cuda.get_device_name() if args.gpu else "null executor",
             "num_seqs": NUM_SEQS,
             "rows": rows,
