@@ -87,13 +87,19 @@ class GpuSpan:
         self.start.record(self._stream)
 
 
+RESOLVE_EVERY = 32  # steps tracked before their times are read, all in one pass
+
+
 class GpuTimer:
     """Fills StepRecord.gpu_* from events recorded on the current stream. Events wait in a small ring
     until they have fired (`query`), so reading them never stalls the host. Event times become host
     times through one anchor: an event recorded and synchronized once, at construction, paired with
-    perf_counter then; afterwards t(event) = anchor_host + elapsed(anchor, event). Each CUDA call
-    costs a GPU host several us: a steady step makes five (two records, one query, two elapsed
-    times read) and waits on no event a query found fired."""
+    perf_counter then; afterwards t(event) = anchor_host + elapsed(anchor, event).
+
+    A CUDA call costs a GPU host several us, and the first one after a stretch of Python several
+    times that (results/h200/call_costs.json). So a step records its two events, and the times are
+    read every RESOLVE_EVERY steps (or when drained) in one pass: events on one stream fire in order,
+    so one query of the newest that has fired answers for every span before it."""
 
     def __init__(
         self,
@@ -128,20 +134,28 @@ class GpuTimer:
         span.end.record(self._stream)
 
     def track(self, span: GpuSpan, record: StepRecord) -> None:
-        """Fill `record` from `span` once its events have fired. Those tracked before that have fired
-        are resolved first: the span just launched has not, so asking would be a wasted call."""
-        self.resolve()
+        """Fill `record` from `span` once its events have fired, read with those of the steps after it."""
         self._waiting.append((span, record))
+        if len(self._waiting) >= RESOLVE_EVERY:
+            self.resolve()
 
     def resolve(self, wait: bool = False) -> None:
         """Fill the records whose events have fired, in order; with wait, all of them."""
-        while self._waiting:
-            end = self._waiting[0][0].end
-            if not end.query():
-                if not wait:
-                    return
-                end.synchronize()
+        if wait and self._waiting:
+            self._waiting[-1][0].end.synchronize()
+            fired = len(self._waiting)
+        else:
+            fired = self._num_fired()
+        for _ in range(fired):
             self._resolve_oldest()
+
+    def _num_fired(self) -> int:
+        """How many of the oldest tracked spans have fired: asked from the newest back, since the
+        steps launched last (one or two in flight) are the ones that may not have."""
+        for i in range(len(self._waiting) - 1, -1, -1):
+            if self._waiting[i][0].end.query():
+                return i + 1
+        return 0
 
     def oldest_unresolved(self) -> StepRecord | None:
         """The earliest tracked record whose GPU times are not filled in yet."""

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from engine.request import SamplingParams
-from engine.timing import GpuTimer, StepRecord
+from engine.timing import RESOLVE_EVERY, GpuTimer, StepRecord
 from tests.engine.test_multistep import model_engine, null_engine, run, workload
 
 
@@ -69,9 +69,12 @@ def test_events_resolve_once_fired_in_host_time():
     timer, device = make_timer()
     assert device.syncs == 1  # the anchor, once
     first = timed_step(timer, device, 6.0, 9.5, 0)
-    assert math.isnan(first.gpu_ms)  # not fired yet: tracking never waits
+    timer.resolve()
+    assert math.isnan(first.gpu_ms)  # not fired yet: resolving never waits
     device.fired_until = 9.5
     second = timed_step(timer, device, 10.0, 12.0, 1)
+    assert math.isnan(first.gpu_ms)  # tracking reads nothing before RESOLVE_EVERY steps wait
+    timer.resolve()
     assert first.gpu_ms == 3.5 and math.isnan(second.gpu_ms)
     assert first.gpu_start == 100.0 + 0.001 and first.gpu_end == 100.0 + 0.0045
     assert device.syncs == 1
@@ -80,17 +83,35 @@ def test_events_resolve_once_fired_in_host_time():
     assert device.syncs == 2
 
 
-def test_a_steady_step_asks_about_one_event():
-    """Each step tracked after the last has fired costs one query and no synchronization: never one
-    for the span just launched, never a wait for an event a query found fired."""
-    timer, device = make_timer()
-    timed_step(timer, device, 6.0, 9.0, 0)
-    device.fired_until = 9.0
+def test_a_steady_run_asks_about_one_event_every_resolve_every_steps():
+    """Steps whose events fire before the next is launched (a synchronous engine): their times are
+    read every RESOLVE_EVERY steps, with two queries a pass (the step just tracked has not fired
+    yet, the one before it has) and no synchronization."""
+    timer, device = make_timer(ring_size=2 * RESOLVE_EVERY)
     calls = device.calls
-    for step in range(1, 4):
-        timed_step(timer, device, 10.0 * step, 10.0 * step + 4, step)
+    records = []
+    for step in range(2 * RESOLVE_EVERY):
+        records.append(timed_step(timer, device, 10.0 * step, 10.0 * step + 4, step))
         device.fired_until = 10.0 * step + 4
-    assert device.calls - calls == 3 and device.syncs == 1
+        if step == RESOLVE_EVERY - 2:
+            assert all(math.isnan(r.gpu_ms) for r in records)
+    assert device.calls - calls == 4 and device.syncs == 1
+    # each pass left the step just tracked for the next; the last two wait for the next pass or a drain
+    assert [r.gpu_ms for r in records[:-2]] == [4.0] * (len(records) - 2)
+    assert all(math.isnan(r.gpu_ms) for r in records[-2:])
+
+
+def test_spans_still_in_flight_wait_for_a_later_pass():
+    """Overlapped steps: the newest spans have not fired when their pass comes; the ones before them
+    are read, in order, and the rest at the next pass."""
+    timer, device = make_timer(ring_size=2 * RESOLVE_EVERY)
+    records = [timed_step(timer, device, 10.0 * i, 10.0 * i + 4, i) for i in range(RESOLVE_EVERY - 1)]
+    device.fired_until = 10.0 * (RESOLVE_EVERY - 3) + 4  # the last two still running
+    calls = device.calls
+    records.append(timed_step(timer, device, 500.0, 504.0, RESOLVE_EVERY - 1))
+    assert device.calls - calls == 3  # the two unfired asked about from the newest back, then one fired
+    assert [math.isnan(r.gpu_ms) for r in records] == [False] * (RESOLVE_EVERY - 2) + [True] * 2
+    assert timer.oldest_unresolved() is records[-2]
 
 
 def test_resolution_keeps_order_and_a_full_ring_waits_for_the_oldest():
