@@ -40,6 +40,8 @@ class ModelConfig:
     device: str = "auto"  # auto: cuda when available
     seed: int = 0
     executor: str = "model"  # null: forward replaced by a no-op returning fixed tokens (pure CPU overhead)
+    # null executor: each forward takes this long on a simulated device, queued in order (0: none)
+    null_forward_ms: float = 0.0
     tokenizer: str | None = None  # tokenizer.json path; defaults to <path>/tokenizer.json
 
     def __post_init__(self) -> None:
@@ -52,6 +54,18 @@ class ModelConfig:
             self.executor in EXECUTORS,
             "executor",
             f"expected one of {', '.join(EXECUTORS)}, got {self.executor!r}",
+        )
+        _require(
+            isinstance(self.null_forward_ms, (int, float))
+            and not isinstance(self.null_forward_ms, bool)
+            and self.null_forward_ms >= 0,
+            "null_forward_ms",
+            f"expected milliseconds >= 0, got {self.null_forward_ms!r}",
+        )
+        _require(
+            not self.null_forward_ms or self.executor == "null",
+            "null_forward_ms",
+            'only the null executor simulates a forward\'s time (set executor: "null")',
         )
 
 

@@ -16,11 +16,12 @@ from engine.timing import GpuSpan
 
 class ForwardTokens(NamedTuple):
     """One forward's sampled tokens [n_sample]: on the device, on the host, and the event after which
-    the host copy holds them (None on the CPU, where the two are one tensor)."""
+    the host copy holds them (None on the CPU, where the two are one tensor; the null executor's
+    simulated forward end with model.null_forward_ms)."""
 
     device: torch.Tensor
     host: torch.Tensor
-    copied: torch.cuda.Event | None
+    copied: object  # torch.cuda.Event, null_executor.ForwardDone or None: query() and synchronize()
 
 
 class InFlightStep:

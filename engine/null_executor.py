@@ -1,13 +1,21 @@
-"""An executor without a model: it answers every step at once with tokens derived from
-(seq_id, position). It still does the model runner's host work before a forward, with the model
-runner's own code: the step's model inputs, built into host buffers, and the sampler's parameters.
-So running the engine on it measures the host's whole CPU cost (scheduling, input preparation,
-output processing) on any machine, the part a GPU host pays that no forward hides."""
+"""An executor without a model: it answers every step with tokens derived from (seq_id, position). It
+still does the model runner's host work before a forward, with the model runner's own code: the
+step's model inputs, built into host buffers, and the sampler's parameters. So running the engine on
+it measures the host's whole CPU cost (scheduling, input preparation, output processing) on any
+machine, the part a GPU host pays that no forward hides.
+
+By default the tokens are there at once. With model.null_forward_ms each forward takes that long on a
+simulated device: forwards run one after another, each from its launch or the previous one's end,
+and reading a forward's tokens sleeps until it is done, as a host blocked on a GPU does. That brings
+two things of a GPU host to any machine: the overlap toggles hide host time behind the forwards, and
+the host work after each wait runs on caches other work used meanwhile (on the H200 host that costs
+the synchronous engine's step more than its CUDA calls do)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -25,6 +33,45 @@ _MAX_DEFAULT_BLOCKS = 1 << 18
 _MAX_BLOCKS = 1 << 24  # 64 bytes of block-manager state a block (measured): 1 GiB of host memory here
 
 
+class SimulatedForwards:
+    """The device of null_forward_ms: a queue of forwards of equal length, run in launch order."""
+
+    def __init__(
+        self,
+        forward_ms: float,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.forward_s = forward_ms / 1e3
+        self._clock, self._sleep = clock, sleep
+        self._free_at = 0.0  # when the last forward launched ends
+
+    def launch(self, count: int) -> list[ForwardDone]:
+        """`count` forwards launched now, behind those still running; when each one's tokens are out."""
+        start = max(self._clock(), self._free_at)
+        done = [ForwardDone(start + (k + 1) * self.forward_s, self._clock, self._sleep) for k in range(count)]
+        self._free_at = done[-1].at
+        return done
+
+
+class ForwardDone:
+    """A simulated forward's end: what ForwardTokens.copied is on CUDA (query, synchronize)."""
+
+    __slots__ = ("at", "_clock", "_sleep")
+
+    def __init__(self, at: float, clock: Callable[[], float], sleep: Callable[[float], None]):
+        self.at = at
+        self._clock, self._sleep = clock, sleep
+
+    def query(self) -> bool:
+        return self._clock() >= self.at
+
+    def synchronize(self) -> None:
+        left = self.at - self._clock()
+        if left > 0:
+            self._sleep(left)
+
+
 class NullExecutor:
     def __init__(self, config: EngineConfig):
         self.shape = model_shape(config.model)
@@ -33,6 +80,8 @@ class NullExecutor:
         self.device = torch.device("cpu")
         self.inputs = InputBuffers(config.block_size, self.device)
         self.sampler = Sampler(self.shape.eos_token_id, self.shape.vocab_size, self.device, config.model.seed)
+        forward_ms = config.model.null_forward_ms
+        self.forwards = SimulatedForwards(forward_ms) if forward_ms else None
         logger.info("null executor: %d KV blocks, max_model_len %d", self.num_blocks, self.max_model_len)
 
     def _num_blocks(self, config: EngineConfig) -> int:
@@ -64,8 +113,10 @@ class NullExecutor:
         steps = np.arange(batch.num_steps)[:, None]
         tokens = (ids * 1_000_003 + (positions + steps) * 7_919) % (self.shape.vocab_size - 1)
         tokens += tokens >= self.shape.eos_token_id  # skip EOS
-        for row in torch.from_numpy(tokens):
-            yield ForwardTokens(row, row, None)
+        # a window's forwards are all launched at once, as the model runner launches them on a GPU
+        done = self.forwards.launch(batch.num_steps) if self.forwards else [None] * batch.num_steps
+        for row, copied in zip(torch.from_numpy(tokens), done, strict=True):
+            yield ForwardTokens(row, row, copied)
 
     def shutdown(self) -> None:
         pass

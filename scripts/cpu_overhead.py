@@ -7,7 +7,10 @@ host: a fixed piece of per-sequence Python (host_reference_us, before and after 
 --gpu the null executor's single step at the same moment (null_host_ms, before and after: the
 engine's own Python, whose working set a tight loop does not have).
     python scripts/cpu_overhead.py --out results/cpu/cpu_overhead.json
-    python scripts/cpu_overhead.py --gpu --out results/h200/cpu_overhead.json"""
+    python scripts/cpu_overhead.py --gpu --out results/h200/cpu_overhead.json
+With --forward-ms the null executor's forwards take that long on a simulated device (as a GPU's would),
+so the host work after each wait for tokens runs on caches other work used meanwhile.
+    python scripts/cpu_overhead.py --forward-ms 9 --out results/cpu/cpu_overhead_forward9.json"""
 
 import argparse
 import json
@@ -24,6 +27,7 @@ from engine.config import EngineConfig, ModelConfig
 from engine.gc_heap import freeze_heap
 from engine.llm_engine import LLMEngine
 from engine.request import SamplingParams
+from llmbench.env import command_line
 
 NUM_SEQS, FORWARDS = 256, 400
 
@@ -54,13 +58,13 @@ def null_host_ms() -> float:
     return measure(1, gpu=False, forwards=200)["host_ms_per_step"]
 
 
-def measure(num_scheduler_steps: int, gpu: bool, forwards: int = FORWARDS) -> dict:
+def measure(num_scheduler_steps: int, gpu: bool, forwards: int = FORWARDS, forward_ms: float = 0.0) -> dict:
     reference_before = host_reference_us()
     null_before = null_host_ms() if gpu else None
     if gpu:
         model = ModelConfig(preset="llama3-8b", device="cuda", dtype="bfloat16")
     else:
-        model = ModelConfig(preset="llama3-8b", executor="null")
+        model = ModelConfig(preset="llama3-8b", executor="null", null_forward_ms=forward_ms)
     engine = LLMEngine(
         EngineConfig(
             model=model,
@@ -105,8 +109,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--gpu", action="store_true", help="the real model runner on CUDA, graphs on")
+    parser.add_argument(
+        "--forward-ms",
+        type=float,
+        default=0.0,
+        help="null executor: each forward takes this long on a simulated device (model.null_forward_ms)",
+    )
     args = parser.parse_args()
-    rows = [measure(1, args.gpu), measure(8, args.gpu)]
+    if args.gpu and args.forward_ms:
+        parser.error("--forward-ms simulates the forward of the null executor; --gpu runs the real one")
+    rows = [
+        measure(1, args.gpu, forward_ms=args.forward_ms),
+        measure(8, args.gpu, forward_ms=args.forward_ms),
+    ]
     for row in rows:
         print(
             f"num_scheduler_steps={row['num_scheduler_steps']}: {row['host_ms_per_step']:.3f} ms/step, "
@@ -119,10 +134,11 @@ def main() -> None:
         )
     if args.out:
         result = {
-            "command": f"python scripts/cpu_overhead.py {'--gpu ' if args.gpu else ''}--out {args.out}",
+            "command": f"python scripts/{command_line()}",
             "cpu": platform.processor() or platform.machine(),
             "cpu_affinity": sorted(os.sched_getaffinity(0)),  # a run under taskset says so here
             "device": torch.cuda.get_device_name() if args.gpu else "null executor",
+            "null_forward_ms": args.forward_ms,
             "num_seqs": NUM_SEQS,
             "rows": rows,
         }

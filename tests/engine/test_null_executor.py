@@ -1,11 +1,13 @@
 """The null executor builds every step's model inputs and sampling parameters with the model runner's
-code, so its CPU figures include that host work: a step it runs without it would make them read low."""
+code, so its CPU figures include that host work: a step it runs without it would make them read low.
+With model.null_forward_ms its forwards take that long on a simulated device, queued in order."""
 
 import pytest
 
 from engine.config import EngineConfig, ModelConfig
 from engine.input_batch import InputBuffers
 from engine.llm_engine import LLMEngine
+from engine.null_executor import SimulatedForwards
 from engine.request import SamplingParams
 from engine.sampler import Sampler
 
@@ -48,3 +50,64 @@ def test_every_null_step_prepares_the_model_inputs(monkeypatch, num_steps):
         assert positions[:num_new] == list(range(num_computed, seq_len))
         assert seq_lens[: len(facts)] == [seq_len for _, _, _, seq_len, _ in facts]
         assert sampled_ids == [seq_id for seq_id, *_, sample in facts if sample] and window == ran
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_simulated_forwards_run_in_launch_order_and_reading_waits_for_the_end():
+    clock = FakeClock()
+    device = SimulatedForwards(10.0, clock=clock, sleep=clock.sleep)
+    window = device.launch(3)  # a window of three forwards, launched together
+    assert [round(d.at - 100.0, 6) for d in window] == [0.01, 0.02, 0.03]
+    clock.now = 100.005
+    queued = device.launch(1)[0]  # behind the window, not beside it
+    assert round(queued.at - 100.0, 6) == 0.04
+    assert not window[0].query()
+    window[1].synchronize()  # sleeps until that forward's end, no longer
+    assert clock.slept == [pytest.approx(0.015)] and window[0].query() and not window[2].query()
+    window[0].synchronize()  # already done: no sleep
+    assert len(clock.slept) == 1
+    clock.now = 200.0  # the device idle meanwhile: the next forward starts at its launch
+    assert round(device.launch(1)[0].at - 200.0, 6) == 0.01
+
+
+def null_engine(forward_ms: float, **toggles) -> LLMEngine:
+    model = ModelConfig(preset="tiny", executor="null", null_forward_ms=forward_ms)
+    return LLMEngine(EngineConfig(model=model, num_gpu_blocks=64, max_num_batched_tokens=16, **toggles))
+
+
+@pytest.mark.parametrize(
+    "toggles",
+    [
+        {},
+        {"async_scheduling": True},
+        {"num_scheduler_steps": 4},
+        {"num_scheduler_steps": 4, "async_output": True},
+    ],
+    ids=["sync", "async_scheduling", "streamed window", "window + async output"],
+)
+def test_a_forward_time_changes_no_token(toggles):
+    prompts = [list(range(3, 23)), list(range(5, 10)), [7] * 9]
+    params = SamplingParams(max_tokens=7, ignore_eos=True)
+    expected = null_engine(0.0, **toggles).generate(prompts, params)
+    assert null_engine(2.0, **toggles).generate(prompts, params) == expected
+
+
+def test_a_synchronous_step_waits_for_its_forward():
+    """Every overlap off: a step reads its tokens back right after launching its forward, so its
+    readback wait holds the whole forward (a lower bound: sleeping never ends early)."""
+    engine = null_engine(20.0)
+    engine.generate([list(range(3, 13))], SamplingParams(max_tokens=4, ignore_eos=True))
+    steps = engine.drain_step_records()
+    assert len(steps) == 4 and all(step.sample_ms >= 19.0 for step in steps)

@@ -23,6 +23,8 @@ BAD = [
     ("engine.prefill_attention=cudnn", "engine.prefill_attention", "one of paged, sdpa, got 'cudnn'"),
     ("model.dtype=float8", "model.dtype", "expected one of"),
     ("model.executor=null", "model.executor", "quote it"),
+    ("model.null_forward_ms=-1", "model.null_forward_ms", "expected milliseconds >= 0, got -1.0"),
+    ("model.null_forward_ms=fast", "model.null_forward_ms", "expected a number, got 'fast'"),
     ("workload.num_requests=0", "workload.num_requests", "expected an integer >= 1"),
     ("workload.input={dist: uniform}", "workload.input.max", "uniform lengths need a max"),
     ("workload.output.max=0", "workload.output.max", ">= 1"),
@@ -44,6 +46,13 @@ def test_bad_config_exits_2_naming_the_key(null_config_file, override, key, text
     assert result.stderr.startswith(f"error: run.yaml: {key}: ")
     assert text in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_a_forward_time_for_the_real_model_exits_2(null_config_file):
+    overrides = ["--set", "model.executor=model", "--set", "model.null_forward_ms=5"]
+    result = CliRunner().invoke(app, ["run", str(null_config_file), *overrides])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: run.yaml: model.null_forward_ms: only the null executor")
 
 
 def test_bad_key_in_yaml_file_is_reported_with_its_path(tmp_path):
