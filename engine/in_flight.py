@@ -21,7 +21,7 @@ class ForwardTokens(NamedTuple):
 
     device: torch.Tensor
     host: torch.Tensor
-    copied: object  # torch.cuda.Event, null_executor.ForwardDone or None: query() and synchronize()
+    copied: object  # torch.cuda.Event, null_executor.SimulatedEvent or None: query() and synchronize()
 
 
 class InFlightStep:

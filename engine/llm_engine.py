@@ -22,7 +22,7 @@ from engine.parallel.launch import start_runner
 from engine.request import FinishReason, RequestOutput, SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
-from engine.timing import GpuTimer, PhaseClock, StepRecord
+from engine.timing import PhaseClock, StepRecord, step_timer
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +55,7 @@ class LLMEngine:
         self._step_records: list[StepRecord] = []
         self.last_step_record: StepRecord | None = None  # a split core adds its IPC time to it
         self._nvtx = nvtx_ranges()  # None unless a profiler is attached
-        on_cuda = self.executor.device.type == "cuda"
-        self._gpu_timer = GpuTimer() if config.step_timing and on_cuda else None
+        self._gpu_timer = step_timer(self.executor) if config.step_timing else None
         self._in_flight: InFlightStep | None = None  # launched, not yet (wholly) processed
         # streamed hand-overs since the last step: when the first began, and their wait and output ms
         self._carried_start: float | None = None

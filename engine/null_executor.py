@@ -7,13 +7,14 @@ machine, the part a GPU host pays that no forward hides.
 By default the tokens are there at once. With model.null_forward_ms each forward takes that long on a
 simulated device: forwards run one after another, each from its launch or the previous one's end,
 and reading a forward's tokens sleeps until it is done, as a host blocked on a GPU does. That brings
-two things of a GPU host to any machine: the overlap toggles hide host time behind the forwards, and
-the host work after each wait runs on caches other work used meanwhile (on the H200 host that costs
-the synchronous engine's step more than its CUDA calls do)."""
+a GPU host's timing to any machine: the overlap toggles hide host time behind the forwards, the host
+work after each wait runs on caches other work used meanwhile, and the engine's GPU timer reads the
+simulated device's step spans (GPU busy and idle, of that device)."""
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 
@@ -34,7 +35,8 @@ _MAX_BLOCKS = 1 << 24  # 64 bytes of block-manager state a block (measured): 1 G
 
 
 class SimulatedForwards:
-    """The device of null_forward_ms: a queue of forwards of equal length, run in launch order."""
+    """The device of null_forward_ms: a queue of forwards of equal length, run in launch order. Its
+    events stand where CUDA events would in a stream, so the engine's GPU timer reads it as a device."""
 
     def __init__(
         self,
@@ -43,33 +45,49 @@ class SimulatedForwards:
         sleep: Callable[[float], None] = time.sleep,
     ):
         self.forward_s = forward_ms / 1e3
-        self._clock, self._sleep = clock, sleep
+        self.clock, self.sleep = clock, sleep
         self._free_at = 0.0  # when the last forward launched ends
 
-    def launch(self, count: int) -> list[ForwardDone]:
+    def tail(self) -> float:
+        """When work queued now would start: now, or when the last forward launched ends."""
+        return max(self.clock(), self._free_at)
+
+    def launch(self, count: int) -> list[SimulatedEvent]:
         """`count` forwards launched now, behind those still running; when each one's tokens are out."""
-        start = max(self._clock(), self._free_at)
-        done = [ForwardDone(start + (k + 1) * self.forward_s, self._clock, self._sleep) for k in range(count)]
+        start = self.tail()
+        done = [SimulatedEvent(self, start + (k + 1) * self.forward_s) for k in range(count)]
         self._free_at = done[-1].at
         return done
 
+    def event(self) -> SimulatedEvent:
+        """An event to record in the queue later (the GPU timer's step start and end)."""
+        return SimulatedEvent(self)
 
-class ForwardDone:
-    """A simulated forward's end: what ForwardTokens.copied is on CUDA (query, synchronize)."""
 
-    __slots__ = ("at", "_clock", "_sleep")
+class SimulatedEvent:
+    """A point in the simulated device's queue, as a CUDA event is in a stream: a forward's end (what
+    ForwardTokens.copied is on CUDA), or the queue's tail when recorded."""
 
-    def __init__(self, at: float, clock: Callable[[], float], sleep: Callable[[float], None]):
+    __slots__ = ("at", "_device")
+
+    def __init__(self, device: SimulatedForwards, at: float = math.inf):
         self.at = at
-        self._clock, self._sleep = clock, sleep
+        self._device = device
+
+    def record(self, stream: object = None) -> None:
+        self.at = self._device.tail()
 
     def query(self) -> bool:
-        return self._clock() >= self.at
+        return self._device.clock() >= self.at
 
     def synchronize(self) -> None:
-        left = self.at - self._clock()
+        left = self.at - self._device.clock()
         if left > 0:
-            self._sleep(left)
+            self._device.sleep(left)
+
+    def elapsed_time(self, end: SimulatedEvent) -> float:
+        """Milliseconds from this event to `end`, as torch.cuda.Event.elapsed_time."""
+        return (end.at - self.at) * 1e3
 
 
 class NullExecutor:
@@ -100,9 +118,12 @@ class NullExecutor:
     def take_comm_ms(self) -> float:
         return 0.0  # one process: no collectives
 
-    def execute(self, batch: ScheduledBatch) -> Iterator[ForwardTokens]:
+    def execute(
+        self, batch: ScheduledBatch, before_launch: Callable[[], object] | None = None
+    ) -> Iterator[ForwardTokens]:
         """Each forward's tokens [n_sample]: the one sampled at position p of sequence s is a hash of
-        (s, p), so any batching, chunking or multi-step window yields the same tokens."""
+        (s, p), so any batching, chunking or multi-step window yields the same tokens. before_launch
+        runs where the model runner's does, once the inputs are prepared (the step's timer start)."""
         # what a GPU host does before launching the forward
         inputs = self.inputs.prepare(batch)
         sampled = [s for s in batch.seqs if s.sample]
@@ -113,6 +134,8 @@ class NullExecutor:
         steps = np.arange(batch.num_steps)[:, None]
         tokens = (ids * 1_000_003 + (positions + steps) * 7_919) % (self.shape.vocab_size - 1)
         tokens += tokens >= self.shape.eos_token_id  # skip EOS
+        if before_launch is not None:
+            before_launch()
         # a window's forwards are all launched at once, as the model runner launches them on a GPU
         done = self.forwards.launch(batch.num_steps) if self.forwards else [None] * batch.num_steps
         for row, copied in zip(torch.from_numpy(tokens), done, strict=True):

@@ -170,3 +170,12 @@ class GpuTimer:
         record.gpu_end = self._anchor_host + end_ms / 1e3
         record.gpu_ms = end_ms - start_ms
         self._free.append(span)
+
+
+def step_timer(executor: object) -> GpuTimer | None:
+    """The timer of an executor's device work: CUDA events on a GPU, the null executor's simulated
+    device when it has one (model.null_forward_ms), none otherwise."""
+    if executor.device.type == "cuda":
+        return GpuTimer()
+    simulated = getattr(executor, "forwards", None)
+    return GpuTimer(new_event=simulated.event, clock=simulated.clock) if simulated is not None else None

@@ -30,9 +30,11 @@ class StepCosts:
 
     @classmethod
     def from_run_config(cls, config: dict[str, Any]) -> StepCosts | None:
-        """From a resolved run config (summary.json's `config`); None when the model's shape cannot
-        be read (e.g. a model path that no longer exists)."""
+        """From a resolved run config (summary.json's `config`); None for the null executor and when
+        the model's shape cannot be read (e.g. a model path that no longer exists)."""
         model = config.get("model") or {}
+        if model.get("executor") == "null":
+            return None  # no model runs: the device times it has are a simulated device's (null_forward_ms)
         try:
             shape = model_shape(ModelConfig(preset=model.get("preset"), path=model.get("path")))
         except ValueError:

@@ -65,6 +65,19 @@ class FakeClock:
         self.now += seconds
 
 
+def test_simulated_events_stand_in_the_queue_as_cuda_events_do():
+    clock = FakeClock()
+    device = SimulatedForwards(10.0, clock=clock, sleep=clock.sleep)
+    start = device.event()
+    start.record()  # the device idle: the queue's tail is now
+    device.launch(2)
+    end = device.event()
+    end.record()  # behind the two forwards
+    assert start.elapsed_time(end) == pytest.approx(20.0) and not end.query()
+    end.synchronize()
+    assert end.query() and clock.slept == [pytest.approx(0.02)]
+
+
 def test_simulated_forwards_run_in_launch_order_and_reading_waits_for_the_end():
     clock = FakeClock()
     device = SimulatedForwards(10.0, clock=clock, sleep=clock.sleep)
@@ -111,3 +124,14 @@ def test_a_synchronous_step_waits_for_its_forward():
     engine.generate([list(range(3, 13))], SamplingParams(max_tokens=4, ignore_eos=True))
     steps = engine.drain_step_records()
     assert len(steps) == 4 and all(step.sample_ms >= 19.0 for step in steps)
+
+
+def test_the_step_timer_reads_the_simulated_device():
+    """Each synchronous step's device span is its forwards (the device idle when it starts), from the
+    start recorded just before their launch, and the window of a multi-step batch holds all of them."""
+    engine = null_engine(3.0, num_scheduler_steps=2)
+    engine.generate([list(range(3, 13)), [5] * 4], SamplingParams(max_tokens=5, ignore_eos=True))
+    steps = engine.drain_step_records()
+    assert all(3.0 * s.num_steps <= s.gpu_ms < 3.0 * s.num_steps + 1.0 for s in steps)
+    assert any(s.num_steps == 2 for s in steps)
+    assert all(b.gpu_start >= a.gpu_end for a, b in zip(steps, steps[1:], strict=False))

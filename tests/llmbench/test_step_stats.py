@@ -166,3 +166,5 @@ def test_peaks_default_to_labeled_h200_figures():
     assert (costs.peak_bandwidth, costs.peak_flops) == (4.2e12, 7.84e14)
     assert costs.peaks_source == "default (H200)"
     assert StepCosts.from_run_config({"model": {"path": "/no/such/model"}}) is None
+    # a simulated device's step times (null_forward_ms) are no GPU's: no MBU or MFU against its peaks
+    assert StepCosts.from_run_config({"model": {"preset": "llama3-8b", "executor": "null"}}) is None

@@ -23,7 +23,15 @@ def _first(env: dict[str, Any], keys: tuple[str, ...]) -> Any:
 def _model(config: dict[str, Any]) -> str:
     model = config.get("model") or {}
     name = model.get("path") or model.get("preset") or "?"
-    executor = " (null executor: no model forward)" if model.get("executor") == "null" else ""
+    executor = ""
+    if model.get("executor") == "null":
+        forward_ms = model.get("null_forward_ms")
+        executor = (
+            f" (null executor: no model forward; a simulated device of {forward_ms:g} ms a forward, "
+            "whose busy and idle time the GPU figures are)"
+            if forward_ms
+            else " (null executor: no model forward)"
+        )
     return f"{name}, {model.get('dtype', 'auto')}{executor}"
 
 
