@@ -1,7 +1,11 @@
 """Random add / step / abort sequences against small pools and budgets, over every scheduling toggle
 (block size, multi-step windows streamed or bursty, chunked prefill, prefix caching, async output,
-async scheduling): whatever happens, every request ends exactly once with a sane length, no forward
-writes KV outside its sequences' blocks, and the engine ends empty."""
+async scheduling) and with or without a simulated forward time (the null executor's device, read by
+the step timer): whatever happens, every request ends exactly once with a sane length, no forward
+writes KV outside its sequences' blocks, the engine ends empty, and a timed device's steps all get
+their device times."""
+
+import math
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -14,11 +18,11 @@ from engine.request import FinishReason, RequestOutput, SamplingParams
 MAX_MODEL_LEN = 48
 
 
-def null_config(pool_tokens: int, block_size: int, **fields) -> EngineConfig:
+def null_config(pool_tokens: int, block_size: int, forward_ms: float = 0.0, **fields) -> EngineConfig:
     """The pool is drawn in tokens, so every block size meets pools from hopeless to roomy."""
     num_blocks = max(2, pool_tokens // block_size)
     return EngineConfig(
-        model=ModelConfig(preset="tiny", executor="null"),
+        model=ModelConfig(preset="tiny", executor="null", null_forward_ms=forward_ms),
         max_model_len=MAX_MODEL_LEN,
         block_size=block_size,
         num_gpu_blocks=num_blocks,
@@ -40,6 +44,7 @@ configs = st.builds(
     block_size=st.sampled_from([1, 2, 4, 8, 16]),
     prefix_caching=st.booleans(),
     num_scheduler_steps=st.sampled_from([1, 2, 4, 8]),
+    forward_ms=st.sampled_from([0.0, 0.05]),
     **toggles,
 )
 # the corner of issue 12's crash: windows longer than a block, prefix hits, pools that preempt
@@ -87,9 +92,9 @@ def run_checked(config: EngineConfig, ops: list[tuple]) -> None:
     engine = LLMEngine(config)
     execute = engine.executor.execute
 
-    def checked_execute(batch):
+    def checked_execute(batch, before_launch=None):
         assert_batch_within_blocks(batch, config.block_size)
-        return execute(batch)
+        return execute(batch, before_launch)
 
     engine.executor.execute = checked_execute
     added: dict[str, SamplingParams] = {}
@@ -125,6 +130,10 @@ def run_checked(config: EngineConfig, ops: list[tuple]) -> None:
             break
         step()
     assert_engine_empty(engine)
+    records = engine.drain_step_records()  # nothing left running: every device time is read here
+    if config.model.null_forward_ms:
+        launched = [r for r in records if r.num_prefill_tokens + r.num_decode_seqs]
+        assert all(not math.isnan(r.gpu_ms) and r.gpu_ms > 0 for r in launched)
 
     assert set(finals) == set(added)
     # coverage signposts for --hypothesis-show-statistics
@@ -133,6 +142,7 @@ def run_checked(config: EngineConfig, ops: list[tuple]) -> None:
     event(f"rejected: {any(o.finish_reason is FinishReason.REJECTED for o in finals.values())}")
     event(f"windows: {config.num_scheduler_steps > 1}, streamed: {config.stream_multi_step}")
     event(f"async output: {config.async_output}, async scheduling: {config.async_scheduling}")
+    event(f"simulated forwards: {config.model.null_forward_ms > 0}")
     for request_id, output in finals.items():
         params = added[request_id]
         assert output.token_ids == streamed[request_id]
