@@ -5,7 +5,8 @@ random bfloat16 weights, CUDA graphs on), adding the median GPU time of a step. 
 for these runs differ up to 2x in speed, between calls and inside one, so each row also times the
 host: a fixed piece of per-sequence Python (host_reference_us, before and after the row), and with
 --gpu the null executor's single step at the same moment (null_host_ms, before and after: the
-engine's own Python, whose working set a tight loop does not have).
+engine's own Python, whose working set a tight loop does not have), and once more with its forwards
+as long as the row's GPU step (null_host_ms_after_gpu_wait: the host's cost of waiting, without CUDA).
     python scripts/cpu_overhead.py --out results/cpu/cpu_overhead.json
     python scripts/cpu_overhead.py --gpu --out results/h200/cpu_overhead.json
 With --forward-ms the null executor's forwards take that long on a simulated device (as a GPU's would),
@@ -53,9 +54,10 @@ def drain(engine: LLMEngine, gpu: bool) -> list:
     return engine.drain_step_records()
 
 
-def null_host_ms() -> float:
-    """The null executor's median single-step host time, as its row measures it (a few seconds)."""
-    return measure(1, gpu=False, forwards=200)["host_ms_per_step"]
+def null_host_ms(forward_ms: float = 0.0) -> float:
+    """The null executor's median single-step host time, as its row measures it (a few seconds), with
+    its forwards taking forward_ms on the simulated device."""
+    return measure(1, gpu=False, forwards=200, forward_ms=forward_ms)["host_ms_per_step"]
 
 
 def measure(num_scheduler_steps: int, gpu: bool, forwards: int = FORWARDS, forward_ms: float = 0.0) -> dict:
@@ -102,6 +104,8 @@ def measure(num_scheduler_steps: int, gpu: bool, forwards: int = FORWARDS, forwa
     row["host_reference_us"] = [reference_before, host_reference_us()]
     if gpu:
         row["null_host_ms"] = [null_before, null_host_ms()]
+        # the same null step after a wait as long as this row's GPU step: the host's cost of waiting
+        row["null_host_ms_after_gpu_wait"] = null_host_ms(forward_ms=row["gpu_ms"] / num_scheduler_steps)
     return row
 
 
@@ -130,7 +134,13 @@ def main() -> None:
             f"(medians over {row['decode_steps']} steps)"
             + (f"; GPU {row['gpu_ms']:.3f}" if args.gpu else "")
             + "; host reference {:.1f} / {:.1f} us".format(*row["host_reference_us"])
-            + ("; null executor {:.3f} / {:.3f} ms".format(*row["null_host_ms"]) if args.gpu else "")
+            + (
+                "; null executor {:.3f} / {:.3f} ms, {:.3f} after waits as long as the GPU's".format(
+                    *row["null_host_ms"], row["null_host_ms_after_gpu_wait"]
+                )
+                if args.gpu
+                else ""
+            )
         )
     if args.out:
         result = {
