@@ -54,15 +54,13 @@ def drain(engine: LLMEngine, gpu: bool) -> list:
     return engine.drain_step_records()
 
 
-def null_host_ms(forward_ms: float = 0.0) -> float:
-    """The null executor's median single-step host time, as its row measures it (a few seconds), with
-    its forwards taking forward_ms on the simulated device."""
-    return measure(1, gpu=False, forwards=200, forward_ms=forward_ms)["host_ms_per_step"]
-
-
-def measure(num_scheduler_steps: int, gpu: bool, forwards: int = FORWARDS, forward_ms: float = 0.0) -> dict:
-    reference_before = host_reference_us()
-    null_before = null_host_ms() if gpu else None
+def steady_decode_engine(
+    gpu: bool, num_scheduler_steps: int = 1, forward_ms: float = 0.0, warm_steps: int = 5
+) -> LLMEngine:
+    """An engine with NUM_SEQS sequences decoding (Llama-3-8B shapes, every overlap off): the null
+    executor (forwards of forward_ms on its simulated device), or with gpu the model runner on CUDA,
+    random bfloat16 weights, graphs on. Warmed by warm_steps steps (the prefill among them), their
+    records drained, the garbage collector set as the benchmark runner and the engine core set it."""
     if gpu:
         model = ModelConfig(preset="llama3-8b", device="cuda", dtype="bfloat16")
     else:
@@ -78,10 +76,23 @@ def measure(num_scheduler_steps: int, gpu: bool, forwards: int = FORWARDS, forwa
     )
     for i in range(NUM_SEQS):
         engine.add_request(str(i), list(range(1, 129)), SamplingParams(max_tokens=3000, ignore_eos=True))
-    for _ in range(5):  # prefill and warm-up
+    for _ in range(warm_steps):
         engine.step()
     drain(engine, gpu)
-    freeze_heap()  # the garbage collector as the benchmark runner and the engine core set it
+    freeze_heap()
+    return engine
+
+
+def null_host_ms(forward_ms: float = 0.0) -> float:
+    """The null executor's median single-step host time, as its row measures it (a few seconds), with
+    its forwards taking forward_ms on the simulated device."""
+    return measure(1, gpu=False, forwards=200, forward_ms=forward_ms)["host_ms_per_step"]
+
+
+def measure(num_scheduler_steps: int, gpu: bool, forwards: int = FORWARDS, forward_ms: float = 0.0) -> dict:
+    reference_before = host_reference_us()
+    null_before = null_host_ms() if gpu else None
+    engine = steady_decode_engine(gpu, num_scheduler_steps, forward_ms)
     for _ in range(forwards):  # a streamed window takes one step() call per forward
         engine.step()
     records = [r for r in drain(engine, gpu) if r.num_decode_seqs == NUM_SEQS]

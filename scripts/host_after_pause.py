@@ -15,13 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from engine.config import EngineConfig, ModelConfig
-from engine.gc_heap import freeze_heap
-from engine.llm_engine import LLMEngine
-from engine.request import SamplingParams
+from cpu_overhead import steady_decode_engine
+
 from llmbench.env import command_line
 
-NUM_SEQS, PAUSE_S, STEPS, ROUNDS = 256, 0.009, 120, 4
+PAUSE_S, STEPS, ROUNDS = 0.009, 120, 4
 
 
 def sleep() -> None:
@@ -35,14 +33,7 @@ def spin() -> None:
 
 
 def main(out: Path) -> None:
-    model = ModelConfig(preset="llama3-8b", executor="null")
-    engine = LLMEngine(EngineConfig(model=model, max_num_seqs=NUM_SEQS, max_model_len=4096))
-    for i in range(NUM_SEQS):
-        engine.add_request(str(i), list(range(1, 129)), SamplingParams(max_tokens=3000, ignore_eos=True))
-    for _ in range(20):
-        engine.step()
-    engine.drain_step_records()
-    freeze_heap()
+    engine = steady_decode_engine(gpu=False, warm_steps=20)
     rows = []
     for round_ in range(ROUNDS):
         for name, pause in (("back to back", None), ("9 ms sleep", sleep), ("9 ms spin", spin)):

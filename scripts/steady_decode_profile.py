@@ -17,14 +17,11 @@ import time
 from pathlib import Path
 
 import torch
+from cpu_overhead import NUM_SEQS, steady_decode_engine
 
-from engine.config import EngineConfig, ModelConfig
-from engine.gc_heap import freeze_heap
-from engine.llm_engine import LLMEngine
-from engine.request import SamplingParams
 from llmbench.env import command_line
 
-NUM_SEQS, STEPS, TOP = 256, 300, 40
+STEPS, TOP = 300, 40
 
 
 def main() -> None:
@@ -32,27 +29,8 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--gpu", action="store_true")
     args = parser.parse_args()
-    if args.gpu:
-        model = ModelConfig(preset="llama3-8b", device="cuda", dtype="bfloat16")
-    else:
-        model = ModelConfig(preset="llama3-8b", executor="null")
-    engine = LLMEngine(
-        EngineConfig(
-            model=model,
-            max_num_seqs=NUM_SEQS,
-            max_model_len=4096,
-            num_scheduler_steps=1,
-            async_output=False,
-            async_scheduling=False,
-            cuda_graphs=args.gpu,
-        )
-    )
-    for i in range(NUM_SEQS):
-        engine.add_request(str(i), list(range(1, 129)), SamplingParams(max_tokens=3000, ignore_eos=True))
-    for _ in range(20):  # prefill, then decodes until the graphs and buffers are warm
-        engine.step()
-    engine.drain_step_records()
-    freeze_heap()
+    # prefill, then decodes until the graphs and buffers are warm
+    engine = steady_decode_engine(args.gpu, warm_steps=20)
     profile = cProfile.Profile()
     start = time.perf_counter()
     profile.enable()
