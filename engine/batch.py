@@ -50,10 +50,6 @@ class ScheduledBatch:
     # chunk samples nothing: it is prefill work, and must not get a multi-step window.
 
     @property
-    def num_prefill_tokens(self) -> int:
-        return self.num_tokens - self.num_decode_seqs  # a decode is one token
-
-    @property
     def num_decode_seqs(self) -> int:
         return len([s for s in self.seqs if s.num_new == 1 and s.sample and s.num_outputs])
 
