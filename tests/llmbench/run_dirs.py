@@ -47,7 +47,7 @@ def request_rows(
                 token_times=times,
                 finish_reason="error" if failed else "length",
                 error="prompt token id 99999 outside the vocabulary" if failed else None,
-            ).__dict__
+            ).fields_dict()
         )
     if prompt is not None:
         rows[1]["prompt"] = prompt
