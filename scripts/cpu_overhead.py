@@ -55,12 +55,17 @@ def drain(engine: LLMEngine, gpu: bool) -> list:
 
 
 def steady_decode_engine(
-    gpu: bool, num_scheduler_steps: int = 1, forward_ms: float = 0.0, warm_steps: int = 5
+    gpu: bool,
+    num_scheduler_steps: int = 1,
+    forward_ms: float = 0.0,
+    warm_steps: int = 5,
+    dependent_launch: bool = True,
 ) -> LLMEngine:
     """An engine with NUM_SEQS sequences decoding (Llama-3-8B shapes, every overlap off): the null
     executor (forwards of forward_ms on its simulated device), or with gpu the model runner on CUDA,
-    random bfloat16 weights, graphs on. Warmed by warm_steps steps (the prefill among them), their
-    records drained, the garbage collector set as the benchmark runner and the engine core set it."""
+    random bfloat16 weights, graphs on (their kernels with dependent launch unless told otherwise).
+    Warmed by warm_steps steps (the prefill among them), their records drained, the garbage collector
+    set as the benchmark runner and the engine core set it."""
     if gpu:
         model = ModelConfig(preset="llama3-8b", device="cuda", dtype="bfloat16")
     else:
@@ -72,6 +77,7 @@ def steady_decode_engine(
             max_model_len=4096,
             num_scheduler_steps=num_scheduler_steps,
             cuda_graphs=gpu,
+            dependent_launch=dependent_launch,
         )
     )
     for i in range(NUM_SEQS):

@@ -1,5 +1,5 @@
 """Host time of the decode graph's launch (cudaGraphLaunch, through CUDAGraph.replay) in an all-off decode
-of 256 sequences (Llama-3-8B shapes, random bfloat16 weights), with dependent launch on and off: each
+of 256 sequences (cpu_overhead.py's steady decode engine on CUDA), with dependent launch on and off: each
 replay timed inside the engine's steps (medians over STEPS steps), then alone with the GPU idle and with
 the replays queued back to back, and the graph's nodes and edges counted (cuda.bindings, when present).
 
@@ -15,13 +15,12 @@ import time
 from pathlib import Path
 
 import torch
+from cpu_overhead import NUM_SEQS, steady_decode_engine
 
-from engine.config import EngineConfig, ModelConfig
 from engine.llm_engine import LLMEngine
-from engine.request import SamplingParams
 from llmbench.env import command_line
 
-NUM_SEQS, STEPS, ALONE = 256, 300, 50
+STEPS, ALONE = 300, 50
 
 
 class TimedReplay:
@@ -72,23 +71,7 @@ def graph_structure(engine: LLMEngine) -> dict:
 
 
 def measure(dependent_launch: bool) -> dict:
-    config = EngineConfig(
-        model=ModelConfig(preset="llama3-8b", device="cuda", dtype="bfloat16"),
-        max_num_seqs=NUM_SEQS,
-        max_model_len=2048,
-        num_scheduler_steps=1,
-        async_output=False,
-        async_scheduling=False,
-        cuda_graphs=True,
-        dependent_launch=dependent_launch,
-    )
-    engine = LLMEngine(config)
-    for i in range(NUM_SEQS):
-        engine.add_request(str(i), list(range(1, 129)), SamplingParams(max_tokens=1500, ignore_eos=True))
-    for _ in range(20):
-        engine.step()
-    torch.cuda.synchronize()
-    engine.drain_step_records()
+    engine = steady_decode_engine(gpu=True, dependent_launch=dependent_launch)
     timed = TimedReplay(engine.executor.graphs.graphs[NUM_SEQS])
     engine.executor.graphs.graphs[NUM_SEQS] = timed
     for _ in range(STEPS):

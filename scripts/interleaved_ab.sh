@@ -17,16 +17,18 @@ for version in "$version_a" "$version_b"; do
     [ -d "$version" ] || { echo "error: $version: no such folder" >&2; exit 2; }
 done
 backup=$(mktemp -d)
-files=$(cd "$version_a" && find . -type f)
+# every file either version replaces, backed up to be put back
+files=$( { (cd "$version_a" && find . -type f); (cd "$version_b" && find . -type f); } | sort -u)
 for file in $files; do
     mkdir -p "$backup/$(dirname "$file")"
     cp "$file" "$backup/$file"
 done
-trap 'for file in $files; do cp "$backup/$file" "$file"; done; rm -rf "$backup"' EXIT
+trap 'cp -r "$backup"/. . && rm -rf "$backup"' EXIT
 mkdir -p "$out_dir"
 for round in $(seq "$rounds"); do
     for side in A B; do
         version=$([ "$side" = A ] && echo "$version_a" || echo "$version_b")
+        cp -r "$backup"/. .  # a file only the other version replaces is the checkout's again
         cp -r "$version"/. .
         out="$out_dir/${side}_$round"
         echo "== $side round $round"
