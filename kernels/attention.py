@@ -23,7 +23,7 @@ LOG2E = 1.4426950408889634
 MIN_PARTITION = 128  # tokens: below this a split costs more in merging than it gains in parallelism
 PROGRAMS_PER_SM = 4  # decode programs that run concurrently on one multiprocessor (one full wave)
 # launch parameters, tuned on an H200 for Llama-3-8B heads (see results/h200/kernels.json)
-DECODE_LAUNCH = {"block_n": 64, "num_warps": 4, "num_stages": 3}
+DECODE_LAUNCH = {"block_n": 64, "num_warps": 4, "num_stages": 3, "heads_fastest": False}
 
 
 @triton.jit
@@ -75,11 +75,16 @@ def _decode_kernel(
     BLOCK_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr,
+    HEADS_FASTEST: tl.constexpr,
     PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(PDL)
-    seq = tl.program_id(0).to(tl.int64)
-    kv_head = tl.program_id(1)
+    if HEADS_FASTEST:
+        seq = tl.program_id(1).to(tl.int64)
+        kv_head = tl.program_id(0)
+    else:
+        seq = tl.program_id(0).to(tl.int64)
+        kv_head = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
     lo = split * partition_size
@@ -113,7 +118,8 @@ def _decode_kernel(
     safe_denom = tl.where(denom > 0, denom, 1.0)
     out = acc / safe_denom[:, None]
     if SPLIT:
-        part = (seq * tl.num_programs(1) * GROUP + heads) * num_splits + split
+        num_kv_heads = tl.num_programs(0) if HEADS_FASTEST else tl.num_programs(1)
+        part = (seq * num_kv_heads * GROUP + heads) * num_splits + split
         tl.store(part_out_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], out, mask=mask_g[:, None])
         tl.store(part_lse_ptr + part, m + tl.log2(safe_denom), mask=mask_g)
     else:
@@ -203,7 +209,9 @@ def paged_decode_attention(
     if split:
         part_out = torch.empty((batch, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
         part_lse = torch.empty((batch, num_heads, num_splits), dtype=torch.float32, device=q.device)
-    _decode_kernel[(batch, num_kv_heads, num_splits)](
+    heads_fastest = DECODE_LAUNCH["heads_fastest"]
+    grid = (num_kv_heads, batch, num_splits) if heads_fastest else (batch, num_kv_heads, num_splits)
+    _decode_kernel[grid](
         q,
         k_cache,
         v_cache,
@@ -229,6 +237,7 @@ def paged_decode_attention(
         BLOCK_SIZE=block_size,
         BLOCK_N=block_n,
         SPLIT=split,
+        HEADS_FASTEST=heads_fastest,
         num_warps=DECODE_LAUNCH["num_warps"],
         num_stages=DECODE_LAUNCH["num_stages"],
         **pdl.launch_args(q.device),
