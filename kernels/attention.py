@@ -2,8 +2,10 @@
 
 Decode: one query token per sequence. A program owns one (sequence, KV head, context partition) and
 serves all the query heads sharing that KV head, so each K/V block is read from memory once per KV
-head rather than once per query head. Long contexts are split into partitions processed in parallel
-and merged by a second small kernel using each partition's log-sum-exp.
+head rather than once per query head. A sequence's KV heads are neighbours in the grid, so programs
+running together read whole token rows of a block, not one head's 256 bytes of each. Long contexts
+are split into partitions processed in parallel and merged by a second small kernel using each
+partition's log-sum-exp.
 Prefill lives in kernels/prefill_attention.py. Both work in base 2 (exp2), log2(e) folded into the scale.
 """
 
@@ -23,7 +25,15 @@ LOG2E = 1.4426950408889634
 MIN_PARTITION = 128  # tokens: below this a split costs more in merging than it gains in parallelism
 PROGRAMS_PER_SM = 4  # decode programs that run concurrently on one multiprocessor (one full wave)
 # launch parameters, tuned on an H200 for Llama-3-8B heads (see results/h200/kernels.json)
-DECODE_LAUNCH = {"block_n": 64, "num_warps": 4, "num_stages": 3, "heads_fastest": False}
+DECODE_LAUNCH = {"block_n": 64, "num_warps": 4, "num_stages": 3}
+# A grid of at least MANY_PROGRAMS_PER_SM programs per multiprocessor (256 sequences of 8 KV heads on an
+# H200: 15.5) takes smaller tiles, a third of the shared memory a program, so more of them stay resident.
+# Measured in the engine's 32-layer graph (results/h200/decode_layer_probe.json, decode_launch_choice.json):
+# at 256 sequences 3-10% faster at contexts of 256-512 tokens, as fast at 1024; at 192 (11.6 a
+# multiprocessor) 5-10% slower, at 128 mixed, at 64 and below slower. The throughput workload, at 256
+# sequences, gained 0.9% in three interleaved pairs (results/h200/throughput_ab/).
+DECODE_LAUNCH_MANY = {"block_n": 32, "num_warps": 2, "num_stages": 2}
+MANY_PROGRAMS_PER_SM = 15
 
 
 @triton.jit
@@ -75,16 +85,11 @@ def _decode_kernel(
     BLOCK_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr,
-    HEADS_FASTEST: tl.constexpr,
     PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(PDL)
-    if HEADS_FASTEST:
-        seq = tl.program_id(1).to(tl.int64)
-        kv_head = tl.program_id(0)
-    else:
-        seq = tl.program_id(0).to(tl.int64)
-        kv_head = tl.program_id(1)
+    kv_head = tl.program_id(0)
+    seq = tl.program_id(1).to(tl.int64)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
     lo = split * partition_size
@@ -118,8 +123,7 @@ def _decode_kernel(
     safe_denom = tl.where(denom > 0, denom, 1.0)
     out = acc / safe_denom[:, None]
     if SPLIT:
-        num_kv_heads = tl.num_programs(0) if HEADS_FASTEST else tl.num_programs(1)
-        part = (seq * num_kv_heads * GROUP + heads) * num_splits + split
+        part = (seq * tl.num_programs(0) * GROUP + heads) * num_splits + split
         tl.store(part_out_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], out, mask=mask_g[:, None])
         tl.store(part_lse_ptr + part, m + tl.log2(safe_denom), mask=mask_g)
     else:
@@ -176,6 +180,11 @@ def _decode_partitions(
     return math.ceil(max_context / partition), partition
 
 
+def _decode_launch(num_programs: int, device: torch.device) -> dict:
+    many = num_programs >= MANY_PROGRAMS_PER_SM * _num_sms(device)
+    return DECODE_LAUNCH_MANY if many else DECODE_LAUNCH
+
+
 def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -195,12 +204,13 @@ def paged_decode_attention(
     out = torch.empty_like(q) if out is None else out
     if batch == 0:
         return out
-    block_n = DECODE_LAUNCH["block_n"]
     max_context = block_tables.shape[1] * block_size
     if num_splits is None:
         num_splits, partition = _decode_partitions(batch, num_kv_heads, max_context, q.device)
     else:
         partition = math.ceil(max_context / num_splits)
+    launch = _decode_launch(batch * num_kv_heads * num_splits, q.device)
+    block_n = launch["block_n"]
     partition = triton.cdiv(partition, block_n) * block_n
     num_splits = triton.cdiv(max_context, partition)
     group = num_heads // num_kv_heads
@@ -209,9 +219,7 @@ def paged_decode_attention(
     if split:
         part_out = torch.empty((batch, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
         part_lse = torch.empty((batch, num_heads, num_splits), dtype=torch.float32, device=q.device)
-    heads_fastest = DECODE_LAUNCH["heads_fastest"]
-    grid = (num_kv_heads, batch, num_splits) if heads_fastest else (batch, num_kv_heads, num_splits)
-    _decode_kernel[grid](
+    _decode_kernel[(num_kv_heads, batch, num_splits)](
         q,
         k_cache,
         v_cache,
@@ -237,9 +245,8 @@ def paged_decode_attention(
         BLOCK_SIZE=block_size,
         BLOCK_N=block_n,
         SPLIT=split,
-        HEADS_FASTEST=heads_fastest,
-        num_warps=DECODE_LAUNCH["num_warps"],
-        num_stages=DECODE_LAUNCH["num_stages"],
+        num_warps=launch["num_warps"],
+        num_stages=launch["num_stages"],
         **pdl.launch_args(q.device),
     )
     if split:

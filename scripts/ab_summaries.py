@@ -20,6 +20,7 @@ STEP_FIGURES = (
     "mean_prepare_ms",
     "mean_output_ms",
     "gpu_busy_step_spans",
+    "throughput_of_bound",
     "gpu_idle_during_between_steps_ms",
     "num_gpu_idle_gaps",
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -70,6 +71,7 @@ def main(out: Path) -> None:
         for batch, context in SHAPES
     }
     grid = {"block_n": BLOCK_N, "num_warps": NUM_WARPS, "num_stages": NUM_STAGES}
+    attention.MANY_PROGRAMS_PER_SM = math.inf  # every shape takes DECODE_LAUNCH, the parameters swept
     sweep(attention.DECODE_LAUNCH, grid, cases, out)
 
 

@@ -3,18 +3,18 @@ CUDA graph (each layer its own weights or KV cache, so nothing is served from L2
 timed with CUDA events, median of 20 after 3 warm-up replays, divided by 32.
 
 - Decode attention at 256 sequences over contexts of 256-512 tokens, with the default launch and
-  variants (tile width, warps, stages, dependent launch off, programs of one sequence's KV heads
-  adjacent): `llmbench kernels` times one call a replay, which adds the graph launch, and it fits
-  time = fixed + slope x context with a fixed part of ~20 us. Is that part the kernel's?
+  variants (tile width, warps, stages, dependent launch off): `llmbench kernels` times one call a
+  replay, which adds the graph launch, and it fits time = fixed + slope x context with a fixed part
+  of ~20 us. Is that part the kernel's?
 - The gate-up product at 192 and 256 rows, whole (N=28672) and split into products of whole waves of
   cuBLAS's 256x128 tile plus a remainder, as separate weight matrices (results/h200/gemm_waves.json:
   the whole product runs at 89% of the rate a whole wave reaches).
 
     python scripts/h200_decode_layer_probe.py results/h200/decode_layer_probe.json
 
-With --sweep, decode attention alone, programs of a sequence's KV heads adjacent, in two launches (the
-default tile and the best of the 256-sequence rows above) over batch sizes and contexts, split
-contexts among them, to find where the smaller tile starts to pay:
+With --sweep, decode attention alone in its two launches (the default tile, and the small tile it takes
+for grids of many programs) over batch sizes and contexts, split contexts among them: where the small
+tile starts to pay (kernels/attention.py MANY_PROGRAMS_PER_SM):
 
     python scripts/h200_decode_layer_probe.py --sweep results/h200/decode_launch_choice.json
 """
@@ -22,6 +22,7 @@ contexts among them, to find where the smaller tile starts to pay:
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -36,26 +37,18 @@ LAYERS, KV_HEADS, GROUP, HEAD_DIM, BLOCK_SIZE, TABLE_WIDTH = 32, 8, 4, 128, 16, 
 HIDDEN, GATE_UP = 4096, 28672
 SHAPES = [(256, ctx) for ctx in (256, 384, 512)]  # (sequences, context)
 SWEEP_SHAPES = [(b, ctx) for b in (64, 128, 192, 256) for ctx in (256, 1024)] + [(16, 8192), (1, 2048)]
+# Each variant forces one of the kernel's two launches (the default tile, or the small tile the kernel
+# takes for many programs), with tile overrides and dependent launch on or off. Until 7f3f785 the grid
+# order was a switch too ("heads fastest"), which that commit's rows compare; it is the only order now.
 ATTENTION_VARIANTS = {
-    "default": {},
-    "pdl off": {"pdl": False},
-    "block_n 32, 2 warps, 2 stages": {"block_n": 32, "num_warps": 2, "num_stages": 2},
-    "block_n 16, 2 warps, 2 stages": {"block_n": 16, "num_warps": 2, "num_stages": 2},
-    "block_n 16, 4 warps, 3 stages": {"block_n": 16, "num_warps": 4, "num_stages": 3},
-    "block_n 32, 4 warps, 4 stages": {"block_n": 32, "num_warps": 4, "num_stages": 4},
-    "heads fastest": {"heads_fastest": True},
-    "heads fastest, block_n 32, 2 warps, 2 stages": {
-        "heads_fastest": True,
-        "block_n": 32,
-        "num_warps": 2,
-        "num_stages": 2,
-    },
+    "default tile": {"many": False},
+    "default tile, pdl off": {"many": False, "pdl": False},
+    "block_n 32, 2 warps, 2 stages": {"many": True},
+    "block_n 16, 2 warps, 2 stages": {"many": True, "block_n": 16},
+    "block_n 32, 4 warps, 4 stages": {"many": True, "num_warps": 4, "num_stages": 4},
 }
 SWEEP_VARIANTS = {
-    "heads fastest": {"heads_fastest": True},
-    "heads fastest, block_n 32, 2 warps, 2 stages": ATTENTION_VARIANTS[
-        "heads fastest, block_n 32, 2 warps, 2 stages"
-    ],
+    name: ATTENTION_VARIANTS[name] for name in ("default tile", "block_n 32, 2 warps, 2 stages")
 }
 GATE_UP_SPLITS = {
     "whole": (28672,),
@@ -89,7 +82,7 @@ def graph_us_per_layer(calls) -> float:
 
 def attention_rows(copy_gb_per_s: float, shapes: list, variants: dict) -> list[dict]:
     rows = []
-    default_launch = dict(attention.DECODE_LAUNCH)
+    many_launch, many_per_sm = dict(attention.DECODE_LAUNCH_MANY), attention.MANY_PROGRAMS_PER_SM
     for batch, ctx in shapes:
         width = max(TABLE_WIDTH, ctx // BLOCK_SIZE)
         blocks_per_seq = ctx // BLOCK_SIZE
@@ -107,9 +100,11 @@ def attention_rows(copy_gb_per_s: float, shapes: list, variants: dict) -> list[d
         seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
         num_bytes = 2 * batch * ctx * KV_HEADS * HEAD_DIM * 2 + 2 * batch * KV_HEADS * GROUP * HEAD_DIM * 2
         for name, variant in variants.items():
-            attention.DECODE_LAUNCH.clear()
-            attention.DECODE_LAUNCH.update(default_launch)
-            attention.DECODE_LAUNCH.update({k: v for k, v in variant.items() if k != "pdl"})
+            attention.MANY_PROGRAMS_PER_SM = 0 if variant["many"] else math.inf
+            attention.DECODE_LAUNCH_MANY.update(many_launch)
+            attention.DECODE_LAUNCH_MANY.update(
+                {k: v for k, v in variant.items() if k not in ("many", "pdl")}
+            )
             pdl.set_enabled(variant.get("pdl", True))
             calls = [
                 (
@@ -126,8 +121,8 @@ def attention_rows(copy_gb_per_s: float, shapes: list, variants: dict) -> list[d
             print(json.dumps(row), flush=True)
         del layers
         torch.cuda.empty_cache()
-    attention.DECODE_LAUNCH.clear()
-    attention.DECODE_LAUNCH.update(default_launch)
+    attention.MANY_PROGRAMS_PER_SM = many_per_sm
+    attention.DECODE_LAUNCH_MANY.update(many_launch)
     pdl.set_enabled(True)
     return rows
 

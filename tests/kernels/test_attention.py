@@ -47,6 +47,33 @@ def test_decode_split_context_merges_to_reference(num_splits):
     )
 
 
+@pytest.mark.parametrize("many_programs_per_sm", [0, 10**9])  # each of the kernel's two launches
+@pytest.mark.parametrize("num_splits", [None, 3])
+def test_decode_both_launches_match_reference(monkeypatch, many_programs_per_sm, num_splits):
+    monkeypatch.setattr(attention, "MANY_PROGRAMS_PER_SM", many_programs_per_sm)
+    args = _decode_case([200, 20, 130, 1], 16, 8, 2, 16)
+    torch.testing.assert_close(
+        paged_decode_attention(*args, num_splits=num_splits),
+        reference.paged_decode_attention(*args),
+        atol=FP32_TOL,
+        rtol=FP32_TOL,
+    )
+
+
+@pytest.mark.parametrize(
+    "batch,splits,launch",
+    [
+        (256, 1, attention.DECODE_LAUNCH_MANY),  # 2048 programs: 15.5 a multiprocessor
+        (192, 1, attention.DECODE_LAUNCH),  # 1536: 11.6, where the small tiles ran slower
+        (64, 1, attention.DECODE_LAUNCH),
+        (16, 4, attention.DECODE_LAUNCH),
+    ],
+)
+def test_decode_takes_small_tiles_for_many_programs_on_an_h200_sized_gpu(monkeypatch, batch, splits, launch):
+    monkeypatch.setattr(attention, "_num_sms", lambda device: 132)
+    assert attention._decode_launch(batch * 8 * splits, torch.device("cuda")) is launch
+
+
 @pytest.mark.parametrize("num_splits", [1, 2])
 def test_decode_padding_sequence_of_length_zero_gives_zeros(num_splits):
     q, k_cache, v_cache, block_tables, lens, scale = _decode_case([150, 9], 16, 4, 2, 16)
