@@ -27,15 +27,21 @@ SHAPES = [(256, 256), (256, 384), (256, 1024), (64, 2048), (16, 8192), (1, 2048)
 BLOCK_N, NUM_WARPS, NUM_STAGES = (32, 64, 128), (2, 4, 8), (2, 3, 4)
 
 
-def sweep(launch: dict, grid: dict[str, tuple], cases: dict[str, Callable[[], Case]], out: Path) -> None:
-    """Time every case under every combination of `grid` (written into `launch`, the kernel's launch
-    parameters, then restored); a combination the kernel cannot launch (too much shared memory) is
-    recorded with its error. Writes the rows and, per case, the fastest beside the default."""
+def grid_configs(grid: dict[str, tuple]) -> list[dict]:
+    """Every combination of the grid's values."""
+    return [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+
+
+def sweep(launch: dict, configs: list[dict], cases: dict[str, Callable[[], Case]], out: Path) -> None:
+    """Time every case under each configuration (written into `launch`, the kernel's launch
+    parameters, then restored); one the kernel cannot launch (too much shared memory) is recorded with
+    its error. Writes the rows and, per case, the fastest beside the default."""
     default = dict(launch)
+    keys = list(configs[0])
     rows = []
-    for values in itertools.product(*grid.values()):
-        launch.update(zip(grid, values, strict=True))
-        row = {**dict(zip(grid, values, strict=True)), "us": {}}
+    for config in configs:
+        launch.update(config)
+        row = {**config, "us": {}}
         for name, case in cases.items():
             try:
                 row["us"][name] = time_case(case())[0]
@@ -46,14 +52,14 @@ def sweep(launch: dict, grid: dict[str, tuple], cases: dict[str, Callable[[], Ca
         print(json.dumps(row), flush=True)
     launch.clear()
     launch.update(default)
-    is_default = next(r for r in rows if all(r[k] == v for k, v in default.items() if k in grid))
+    is_default = next(r for r in rows if all(r[k] == v for k, v in default.items() if k in keys))
     best = {}
     for name in cases:
         fastest = min((r for r in rows if r["us"][name] is not None), key=lambda r: r["us"][name])
         best[name] = {
             "default_us": is_default["us"][name],
             "best_us": fastest["us"][name],
-            "best": {k: fastest[k] for k in grid},
+            "best": {k: fastest[k] for k in keys},
         }
     result = {
         "command": f"python scripts/{command_line()}",
@@ -72,7 +78,7 @@ def main(out: Path) -> None:
     }
     grid = {"block_n": BLOCK_N, "num_warps": NUM_WARPS, "num_stages": NUM_STAGES}
     attention.MANY_PROGRAMS_PER_SM = math.inf  # every shape takes DECODE_LAUNCH, the parameters swept
-    sweep(attention.DECODE_LAUNCH, grid, cases, out)
+    sweep(attention.DECODE_LAUNCH, grid_configs(grid), cases, out)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from kernels import attention, reference, triton_ops
+from kernels import attention, prefill_attention, reference, triton_ops
 from kernels.attention import paged_decode_attention
 from tests.kernels.paged_kv import DEVICE, FP32_TOL, random_paged_kv
 
@@ -104,6 +104,36 @@ def _prefill_case(q_lens, cached_lens, block_size, num_heads, num_kv_heads, head
 )
 def test_prefill_matches_reference(q_lens, cached_lens, block_size, num_heads, num_kv_heads):
     args = _prefill_case(q_lens, cached_lens, block_size, num_heads, num_kv_heads, 16)
+    torch.testing.assert_close(
+        triton_ops.paged_prefill_attention(*args),
+        reference.paged_prefill_attention(*args),
+        atol=FP32_TOL,
+        rtol=FP32_TOL,
+    )
+
+
+@pytest.mark.parametrize("grouped,block_m", [(False, 16), (True, 16), (True, 32)])
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(8, 2), (12, 4), (4, 4)])  # groups of 4, 3 (padded), 1
+def test_prefill_program_per_query_head_or_per_kv_head_matches_reference(
+    monkeypatch, grouped, block_m, num_heads, num_kv_heads
+):
+    monkeypatch.setattr(prefill_attention, "LONG_CONTEXT", 10**9)  # PREFILL_LAUNCH, as set here
+    monkeypatch.setitem(prefill_attention.PREFILL_LAUNCH, "grouped", grouped)
+    monkeypatch.setitem(prefill_attention.PREFILL_LAUNCH, "block_m", block_m)
+    # a chunk after a cached prefix spanning several query blocks, a fresh prompt, a one-token chunk
+    args = _prefill_case([40, 5, 1], [17, 0, 33], 16, num_heads, num_kv_heads, 16)
+    torch.testing.assert_close(
+        triton_ops.paged_prefill_attention(*args),
+        reference.paged_prefill_attention(*args),
+        atol=FP32_TOL,
+        rtol=FP32_TOL,
+    )
+
+
+@pytest.mark.parametrize("long_context", [0, 10**9])  # the long-context launch, or the default
+def test_prefill_launch_for_long_contexts_matches_reference(monkeypatch, long_context):
+    monkeypatch.setattr(prefill_attention, "LONG_CONTEXT", long_context)
+    args = _prefill_case([70, 3], [30, 100], 16, 8, 2, 16)
     torch.testing.assert_close(
         triton_ops.paged_prefill_attention(*args),
         reference.paged_prefill_attention(*args),
