@@ -97,7 +97,10 @@ class EngineConfig:
     process_split: bool = False
     # GPU path
     cuda_graphs: bool = False
-    cuda_graph_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256])
+    # a decode batch runs padded to the smallest size holding it: past 16 rows one every 16, since from
+    # about 128 rows the matmuls cost in proportion to their rows, padding included (a ShareGPT-like
+    # batch of 130 ran as 256 with sizes in powers of two; results/h200/graph_sizes/)
+    cuda_graph_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, *range(16, 257, 16)])
     attention_backend: str = "auto"  # auto: triton on cuda, torch on cpu
     # sdpa: a step's sequences with no cached prefix (chunk at position 0) attend to their own K/V through
     # torch's SDPA (cuDNN on Hopper), the rest through the paged kernel. A field of its own, not an

@@ -1,6 +1,6 @@
 """The step figures of the run directories an interleaved A/B left (scripts/interleaved_ab.sh with
 `llmbench run ... --out {out}`), in one JSON file: each run's host phases, GPU busy and idle, and
-throughput, then each side's median and range.
+throughput, TPOT and TTFT, then each side's median and range.
 
     python scripts/ab_summaries.py results/h200/ab_runs results/h200/ab.json
 """
@@ -26,10 +26,13 @@ STEP_FIGURES = (
 )
 
 
+METRIC_FIGURES = ("output_throughput", "request_throughput", "median_tpot_ms", "median_ttft_ms")
+
+
 def run_figures(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     figures = {name: summary["steps"].get(name) for name in STEP_FIGURES}
-    figures["output_throughput"] = summary["metrics"]["output_throughput"]
+    figures |= {name: summary["metrics"].get(name) for name in METRIC_FIGURES}
     figures["command"] = summary["environment"]["command"]
     return figures
 
@@ -43,7 +46,7 @@ def main(runs: Path, out: Path) -> None:
         mine = [row for name, row in rows.items() if name.startswith(f"{side}_")]
         sides[side] = {
             name: {"median": statistics.median(values), "min": min(values), "max": max(values)}
-            for name in (*STEP_FIGURES, "output_throughput")
+            for name in (*STEP_FIGURES, *METRIC_FIGURES)
             if (values := [row[name] for row in mine if row[name] is not None])
         }
     result = {"command": f"python scripts/{command_line()}", "runs": rows, "sides": sides}
