@@ -153,7 +153,9 @@ class ModelRunner:
             attn, backends = inputs.attn, nullcontext()
             if not attn.decode_only:
                 sdpa = self.config.prefill_attention == "sdpa"
-                split = plan_attention_split(*self._host_lens(inputs), attn.block_tables, attn.seq_lens, sdpa)
+                split = plan_attention_split(
+                    *self._host_lens(inputs), attn.block_tables, attn.seq_lens, sdpa, self.block_size
+                )
                 if split is not None:
                     attn = replace(attn, split=split)
                     backends = sdpa_backends() if split.groups else backends

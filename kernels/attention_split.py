@@ -122,11 +122,14 @@ def plan_attention_split(
     block_tables: torch.Tensor,
     device_seq_lens: torch.Tensor,
     sdpa: bool,
+    block_size: int,
 ) -> AttentionSplit | None:
     """The split of one forward (not decode-only) from its host-side row offsets [B + 1] and lengths
     [B], with each part's rows of the step's block tables and lengths (on the device); sdpa: give fresh
     prompts to SDPA. None when nothing qualifies (the paged prefill kernel then serves the whole step).
-    Index tensors travel to the device in one non-blocking copy."""
+    The paged part's tables are cut to its own longest sequence: the prefill kernel chooses its launch
+    by their width, which a long decode sent to the decode kernel must not set. Index tensors travel
+    to the device in one non-blocking copy."""
     q_lens = np.diff(query_start)
     served = np.zeros(len(q_lens), dtype=bool)
     specs, selections = [], []
@@ -158,7 +161,9 @@ def plan_attention_split(
     decodes = DecodePart(next(on_device), *rows_of(next(on_device))) if split_decodes else None
     if len(paged_seqs):
         rows, seqs, starts = on_device
-        paged = PagedPart(rows, *rows_of(seqs), starts)
+        tables, lens = rows_of(seqs)
+        width = -(-int(seq_lens[paged_seqs].max()) // block_size)
+        paged = PagedPart(rows, tables[:, :width], lens, starts)
     else:
         paged = None
     return AttentionSplit(groups, decodes, paged)

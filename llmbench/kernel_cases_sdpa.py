@@ -49,7 +49,7 @@ def split_case(
         query_start = np.concatenate(([0], np.cumsum(q_lens)))
         lens = np.full(num_seqs, new_tokens)
         seq_lens = torch.from_numpy(lens).to(device=q.device, dtype=torch.int32)
-        split = plan_attention_split(query_start, lens, tables, seq_lens, sdpa)
+        split = plan_attention_split(query_start, lens, tables, seq_lens, sdpa, k_cache.shape[1])
         args = (q, k, v, k_cache, v_cache, split, HEAD_DIM**-0.5)
 
         def call():

@@ -38,7 +38,7 @@ def _step(q_lens, cached, num_heads=4, num_kv_heads=2, head_dim=16, block_size=4
 def _split_and_reference(ops, q_lens, cached, sdpa=True, **shape):
     q, k, v, k_cache, v_cache, tables, query_start, seq_lens = _step(q_lens, cached, **shape)
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
-    split = plan_attention_split(query_start, seq_lens, tables, lens, sdpa)
+    split = plan_attention_split(query_start, seq_lens, tables, lens, sdpa, k_cache.shape[1])
     assert split is not None
     scale = q.shape[-1] ** -0.5
     with sdpa_backends():
@@ -71,17 +71,25 @@ def test_split_with_the_triton_paged_kernel_matches_reference(monkeypatch):
     torch.testing.assert_close(got, want, atol=FP32_TOL, rtol=FP32_TOL)
 
 
-def _plan(q_lens, cached, sdpa=True):
+def _plan(q_lens, cached, sdpa=True, block_size=16):
     """The plan on the CPU, with a device length tensor holding each sequence's index, so that a
-    part's gathered lengths (.seq_lens) name its sequences."""
+    part's gathered lengths (.seq_lens) name its sequences; block tables as wide as the longest."""
     seq_lens = np.array(q_lens) + np.array(cached)
     starts = np.concatenate(([0], np.cumsum(q_lens)))
     index = torch.arange(len(q_lens), dtype=torch.int32)
-    tables = index[:, None].repeat(1, 3)
-    split = plan_attention_split(starts, seq_lens, tables, index, sdpa)
+    tables = index[:, None].repeat(1, -(-int(seq_lens.max()) // block_size))
+    split = plan_attention_split(starts, seq_lens, tables, index, sdpa, block_size)
     for part in (split.decodes, split.paged) if split else ():
         assert part is None or part.block_tables[:, 0].tolist() == part.seq_lens.tolist()
     return split
+
+
+def test_plan_cuts_the_paged_tables_to_the_paged_sequences_longest():
+    # eight decodes at up to 4,000 tokens go to the decode kernel; the chunks left to the paged kernel
+    # reach 70 tokens, so its tables (and the launch it chooses by their width) cover 5 blocks of 16
+    split = _plan([1] * 8 + [20, 30], [4000 - 1] + [100] * 7 + [50, 0], sdpa=False)
+    assert split.decodes.block_tables.shape[1] == 250
+    assert split.paged.block_tables.shape[1] == 5
 
 
 def test_plan_groups_equal_lengths_and_leaves_the_rest_to_the_paged_kernel():
