@@ -185,7 +185,7 @@ class LLMEngine:
         output_ms: float,
     ) -> None:
         batch = scheduled.batch
-        num_decode_seqs, num_tokens = batch.num_decode_seqs, batch.num_tokens
+        num_decode_seqs, num_tokens = batch.num_decode_seqs, scheduled.num_tokens
         num_prefill_tokens = num_tokens - num_decode_seqs  # a decode is one token
         num_context_tokens, pairs = batch.context_and_pairs(num_tokens, num_prefill_tokens)
         carried_sample_ms, carried_output_ms = self._carried_ms
