@@ -40,6 +40,7 @@ class OutputProcessor:
         finished: list[Sequence] = []
         eos = self.eos_token_id
         block_size = self.block_manager.block_size
+        emit = outputs.append  # bound once: this loop runs for every running sequence each step
         for seq, entry, column in zip(scheduled.seqs, entries, columns, strict=True):
             # finished meanwhile: aborted, or stopped by the step before (async) and this token is extra
             if seq.status is _FINISHED:
@@ -51,15 +52,18 @@ class OutputProcessor:
             params = entry.sampling
             num_before = entry.num_outputs + first_forward
             # a sequence still running got a placeholder for each of these forwards up to its last output
-            tokens = [column] if one_row else list(column[: params.max_tokens - num_before])
-            # hot path: most tokens can stop nothing, which a few checks settle without a call
-            if (
-                not params.stop_token_ids
-                and (params.ignore_eos or eos not in tokens)
-                and num_before + len(tokens) < params.max_tokens
-            ):
-                num_kept, reason = len(tokens), None
+            if one_row:
+                tokens, num_kept = [column], 1
             else:
+                tokens = list(column[: params.max_tokens - num_before])
+                num_kept = len(tokens)
+            # hot path: most tokens can stop nothing, which a few checks settle without a call
+            reason = None
+            if (
+                params.stop_token_ids
+                or not (params.ignore_eos or eos not in tokens)
+                or num_before + num_kept >= params.max_tokens
+            ):
                 num_kept, reason = self._stop(tokens, num_before, params)
             first = entry.num_computed + entry.num_new + first_forward  # where these placeholders start
             token_ids = seq.token_ids
@@ -76,7 +80,7 @@ class OutputProcessor:
                 self._finish(seq, first + num_kept, reason)
                 finished.append(seq)
             # positional: half the cost of keywords, which shows at hundreds of outputs per step
-            outputs.append(
+            emit(
                 RequestOutput(
                     seq.request_id,
                     tokens,
