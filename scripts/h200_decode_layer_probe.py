@@ -38,8 +38,8 @@ HIDDEN, GATE_UP = 4096, 28672
 SHAPES = [(256, ctx) for ctx in (256, 384, 512)]  # (sequences, context)
 SWEEP_SHAPES = [(b, ctx) for b in (64, 128, 192, 256) for ctx in (256, 1024)] + [(16, 8192), (1, 2048)]
 # Each variant forces one of the kernel's two launches (the default tile, or the small tile the kernel
-# takes for many programs), with tile overrides and dependent launch on or off. Until 7f3f785 the grid
-# order was a switch too ("heads fastest"), which that commit's rows compare; it is the only order now.
+# takes for many programs), with tile overrides and dependent launch on or off. At 7f3f785, which wrote
+# decode_layer_probe.json, the grid order was a switch too ("heads fastest"); it is the only order now.
 ATTENTION_VARIANTS = {
     "default tile": {"many": False},
     "default tile, pdl off": {"many": False, "pdl": False},
