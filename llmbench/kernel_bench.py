@@ -64,15 +64,21 @@ def time_case(case: Case) -> tuple[float, int]:
     """(median microseconds per call, input sets rotated)."""
     l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
     sets = min(MAX_INPUT_SETS, max(1, math.ceil(3 * l2_bytes / case.footprint)))
-    calls = [case.make() for _ in range(sets)]
-    for call in calls:  # compile and warm up outside the capture
+    graph = capture_graph([case.make() for _ in range(sets)])
+    return _median_ms(graph.replay) * 1e3 / sets, sets
+
+
+def capture_graph(calls: list[Callable[[], Any]]) -> torch.cuda.CUDAGraph:
+    """One CUDA graph running the calls in order, each run once before the capture (compiles and warms
+    up outside it)."""
+    for call in calls:
         call()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for call in calls:
             call()
-    return _median_ms(graph.replay) * 1e3 / sets, sets
+    return graph
 
 
 def run_kernel_bench(dtype_name: str = "bf16") -> dict[str, Any]:

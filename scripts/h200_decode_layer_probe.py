@@ -31,7 +31,7 @@ import torch
 
 from kernels import attention, pdl
 from llmbench.env import command_line
-from llmbench.kernel_bench import measure_ceilings
+from llmbench.kernel_bench import capture_graph, measure_ceilings
 
 LAYERS, KV_HEADS, GROUP, HEAD_DIM, BLOCK_SIZE, TABLE_WIDTH = 32, 8, 4, 128, 16, 256
 HIDDEN, GATE_UP = 4096, 28672
@@ -60,13 +60,7 @@ GATE_UP_SPLITS = {
 
 
 def graph_us_per_layer(calls) -> float:
-    for call in calls:  # compile and warm up outside the capture
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
+    graph = capture_graph(calls)
     times = []
     for i in range(23):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
