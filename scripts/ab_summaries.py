@@ -1,6 +1,8 @@
 """The step figures of the run directories an interleaved A/B left (scripts/interleaved_ab.sh with
 `llmbench run ... --out {out}`), in one JSON file: each run's host phases, GPU busy and idle, and
-throughput, TPOT and TTFT, then each side's median and range.
+throughput, TPOT and TTFT, then each side's median and range. Beside the run's means (which count
+its prefill steps too), the medians of its steady decode steps from steps.csv: those running the
+run's largest decode batch and no prompt token.
 
     python scripts/ab_summaries.py results/h200/ab_runs results/h200/ab.json
 """
@@ -11,6 +13,8 @@ import json
 import statistics
 import sys
 from pathlib import Path
+
+import pandas
 
 from llmbench.env import command_line
 
@@ -28,11 +32,27 @@ STEP_FIGURES = (
 
 METRIC_FIGURES = ("output_throughput", "request_throughput", "median_tpot_ms", "median_ttft_ms")
 
+DECODE_FIGURES = ("decode_host_ms", "decode_schedule_ms", "decode_prepare_ms", "decode_output_ms")
+
+
+def steady_decode_figures(steps_csv: Path) -> dict:
+    """Medians over the steps that decode the run's largest batch and run no prompt token: host
+    phases, and their sum as the step's host time."""
+    steps = pandas.read_csv(steps_csv)
+    steps = steps[steps.num_prefill_tokens == 0]
+    steps = steps[steps.num_decode_seqs == steps.num_decode_seqs.max()]
+    host = steps.schedule_ms + steps.prepare_ms + steps.output_ms + steps.ipc_ms
+    figures = {"decode_steps": len(steps), "decode_host_ms": float(host.median())}
+    for phase in ("schedule", "prepare", "output"):
+        figures[f"decode_{phase}_ms"] = float(steps[f"{phase}_ms"].median())
+    return figures
+
 
 def run_figures(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     figures = {name: summary["steps"].get(name) for name in STEP_FIGURES}
     figures |= {name: summary["metrics"].get(name) for name in METRIC_FIGURES}
+    figures |= steady_decode_figures(run_dir / "steps.csv")
     figures["command"] = summary["environment"]["command"]
     return figures
 
@@ -46,7 +66,7 @@ def main(runs: Path, out: Path) -> None:
         mine = [row for name, row in rows.items() if name.startswith(f"{side}_")]
         sides[side] = {
             name: {"median": statistics.median(values), "min": min(values), "max": max(values)}
-            for name in (*STEP_FIGURES, *METRIC_FIGURES)
+            for name in (*STEP_FIGURES, *METRIC_FIGURES, *DECODE_FIGURES)
             if (values := [row[name] for row in mine if row[name] is not None])
         }
     result = {"command": f"python scripts/{command_line()}", "runs": rows, "sides": sides}

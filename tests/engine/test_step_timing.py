@@ -161,17 +161,17 @@ def timed_model_engine(**overrides):
     timer, device = make_timer(ring_size=64)
     engine._gpu_timer = timer
     runner = engine.executor
-    prepare, compute_logits = runner.inputs.prepare, runner.model.compute_logits
+    fill, compute_logits = runner.inputs.fill, runner.model.compute_logits
 
-    def slow_prepare(batch):
+    def slow_fill(batch):
         device.now_ms += PREPARE_MS
-        return prepare(batch)
+        return fill(batch)
 
     def slow_logits(hidden):
         device.now_ms += FORWARD_MS
         return compute_logits(hidden)
 
-    runner.inputs.prepare = slow_prepare
+    runner.inputs.fill = slow_fill
     runner.model.compute_logits = slow_logits
     return engine, device
 
