@@ -1,0 +1,127 @@
+"""Two ways of running the same engine's steps, compared in one process: blocks of steps take turns
+(A B, then B A, ...), so that a GPU host's drift, up to 2x within a minute
+(results/h200/launch_burst/*.json), falls on both alike, where two processes could not be compared.
+256 sequences decoding, single step, every overlap off, CUDA graphs on (scripts/cpu_overhead.py's
+engine). Host time per step is schedule + prepare + output, medians per block and side; each block
+also times a fixed piece of per-sequence Python (cpu_overhead.host_reference_us), the host's speed.
+
+--compare launch-burst: the model runner fills the host buffer and prepares the sampler before the
+step's first CUDA call, so the calls come in one burst (B). The order before (A) waited for the host
+buffer's last copy before filling it and sent it before preparing the sampler: three stretches of
+Python, each ending in a CUDA call. A is rebuilt from the same code (InputBuffers.fill, then send right
+after it, behind the old wait).
+--compare pinning: the process on every core it may use (A), or on one of them (B): whether moving
+between cores makes the host slower.
+    python scripts/h200_in_process_ab.py launch-burst results/h200/launch_burst/in_process.json
+    python scripts/h200_in_process_ab.py pinning results/h200/pinning.json"""
+
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from cpu_overhead import NUM_SEQS, drain, host_reference_us, steady_decode_engine
+
+from engine.input_batch import InputBuffers
+from engine.llm_engine import LLMEngine
+from llmbench.env import command_line
+
+ROUNDS, STEPS_PER_BLOCK = 16, 60
+
+
+def scattered(engine: LLMEngine) -> None:
+    """The launch order before: the wait for the buffer's last copy, then fill and send together."""
+    buffers: InputBuffers = engine.executor.inputs
+    fill, send = buffers.fill, buffers.send
+
+    def fill_and_send(batch):
+        buffers._copied[(buffers._turn + 1) % 2].synchronize()
+        inputs = fill(batch)
+        send(inputs, batch)
+        return inputs
+
+    buffers.fill = fill_and_send
+    buffers.send = lambda inputs, batch: None
+
+
+def burst(engine: LLMEngine) -> None:
+    """The model runner's own order: the class's methods again."""
+    engine.executor.inputs.__dict__.pop("fill", None)
+    engine.executor.inputs.__dict__.pop("send", None)
+
+
+ALL_CORES = sorted(os.sched_getaffinity(0))
+
+
+def every_core(engine: LLMEngine) -> None:
+    """Every core the process was started with."""
+    os.sched_setaffinity(0, ALL_CORES)
+
+
+def one_core(engine: LLMEngine) -> None:
+    """The core the process runs on now, or its first allowed one."""
+    core = os.sched_getcpu() if hasattr(os, "sched_getcpu") else ALL_CORES[0]
+    os.sched_setaffinity(0, [core])
+
+
+COMPARISONS = {"launch-burst": (scattered, burst), "pinning": (every_core, one_core)}
+
+
+def block(engine: LLMEngine, setting) -> dict:
+    setting(engine)
+    reference = host_reference_us()
+    for _ in range(STEPS_PER_BLOCK):
+        engine.step()
+    records = [r for r in drain(engine, gpu=True) if r.num_decode_seqs == NUM_SEQS]
+    return {
+        "host_ms": statistics.median(r.schedule_ms + r.prepare_ms + r.output_ms for r in records),
+        "prepare_ms": statistics.median(r.prepare_ms for r in records),
+        "host_reference_us": reference,
+        "steps": len(records),
+    }
+
+
+def main(comparison: str, out: Path) -> None:
+    sides = dict(zip("AB", COMPARISONS[comparison], strict=True))
+    engine = steady_decode_engine(gpu=True)
+    rounds = []
+    for r in range(ROUNDS):
+        names = "AB" if r % 2 == 0 else "BA"
+        rounds.append({name: block(engine, sides[name]) for name in names})
+    engine.shutdown()
+    summary = {}
+    for name in sides:
+        for figure in ("host_ms", "prepare_ms", "host_reference_us"):
+            values = [r[name][figure] for r in rounds]
+            summary[f"{name}_{figure}"] = {
+                "median": statistics.median(values),
+                "min": min(values),
+                "max": max(values),
+            }
+    host_gain = [r["A"]["host_ms"] - r["B"]["host_ms"] for r in rounds]
+    summary["host_ms_a_minus_b"] = {
+        "median": statistics.median(host_gain),
+        "rounds_b_faster": sum(g > 0 for g in host_gain),
+        "rounds": ROUNDS,
+    }
+    result = {
+        "command": f"python scripts/{command_line()}",
+        "comparison": comparison,
+        "sides": {name: setting.__doc__ or setting.__name__ for name, setting in sides.items()},
+        "device": torch.cuda.get_device_name(),
+        "cores": ALL_CORES,
+        "num_seqs": NUM_SEQS,
+        "steps_per_block": STEPS_PER_BLOCK,
+        "summary": summary,
+        "rounds": rounds,
+    }
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in COMPARISONS:
+        sys.exit(f"usage: {sys.argv[0]} {{{'|'.join(COMPARISONS)}}} OUT.json")
+    main(sys.argv[1], Path(sys.argv[2]))
