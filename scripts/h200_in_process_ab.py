@@ -12,8 +12,11 @@ Python, each ending in a CUDA call. A is rebuilt from the same code (InputBuffer
 after it, behind the old wait).
 --compare pinning: the process on every core it may use (A), or on one of them (B): whether moving
 between cores makes the host slower.
+--compare wait: the host waits for a step's tokens in cudaEventSynchronize (A), or asks the event
+from Python until it has fired (B): whether the driver's wait lets the host go cold.
     python scripts/h200_in_process_ab.py launch-burst results/h200/launch_burst/in_process.json
-    python scripts/h200_in_process_ab.py pinning results/h200/pinning.json"""
+    python scripts/h200_in_process_ab.py pinning results/h200/pinning.json
+    python scripts/h200_in_process_ab.py wait results/h200/wait.json"""
 
 import json
 import os
@@ -24,6 +27,7 @@ from pathlib import Path
 import torch
 from cpu_overhead import NUM_SEQS, drain, host_reference_us, steady_decode_engine
 
+from engine.in_flight import InFlightStep
 from engine.input_batch import InputBuffers
 from engine.llm_engine import LLMEngine
 from llmbench.env import command_line
@@ -66,7 +70,30 @@ def one_core(engine: LLMEngine) -> None:
     os.sched_setaffinity(0, [core])
 
 
-COMPARISONS = {"launch-burst": (scattered, burst), "pinning": (every_core, one_core)}
+_synchronize = InFlightStep._synchronize
+
+
+def event_wait(engine: LLMEngine) -> None:
+    """Waiting for a forward's tokens in cudaEventSynchronize, as the engine does."""
+    InFlightStep._synchronize = _synchronize
+
+
+def polled_wait(engine: LLMEngine) -> None:
+    """Waiting for a forward's tokens by asking its event until it has fired, from Python."""
+
+    def poll(step: InFlightStep, count: int) -> None:
+        copied = step._rows[count - 1].copied
+        while copied is not None and not copied.query():
+            pass
+
+    InFlightStep._synchronize = poll
+
+
+COMPARISONS = {
+    "launch-burst": (scattered, burst),
+    "pinning": (every_core, one_core),
+    "wait": (event_wait, polled_wait),
+}
 
 
 def block(engine: LLMEngine, setting) -> dict:
