@@ -6,12 +6,7 @@ Runs every step with up to max_num_seqs sequences, so it touches each sequence a
 comprehensions and does the rest in numpy, never a Python loop over tokens or blocks. Block tables
 persist across steps (engine/block_tables.py). All integer inputs of a step are
 packed into one host buffer (pinned on CUDA) and sent in a single non-blocking copy to one device
-buffer; the model's inputs are views of it. On the CPU the host buffer is the device buffer.
-
-Filling the buffer is Python; sending it is the step's first CUDA call. The model runner does the
-rest of its Python in between (the sampler's parameters), so that the step's CUDA calls come in one
-burst: on a GPU host the first call after a stretch of Python costs several times a call right
-after another one (results/h200/call_costs.json)."""
+buffer; the model's inputs are views of it. On the CPU the host buffer is the device buffer."""
 
 from __future__ import annotations
 
@@ -147,14 +142,6 @@ class InputBuffers:
         return torch.empty(capacity, dtype=torch.int32, pin_memory=self._on_cuda)
 
     def prepare(self, batch: ScheduledBatch) -> ModelInput:
-        """One step's model inputs, on the device."""
-        inputs = self.fill(batch)
-        self.send(inputs, batch)
-        return inputs
-
-    def fill(self, batch: ScheduledBatch) -> ModelInput:
-        """One step's inputs into the host buffer, without a CUDA call; returned as views of the
-        device buffer, which hold them once send() has run."""
         seqs = batch.seqs
         n, bs, num_steps = len(seqs), self.block_size, batch.num_steps
         rows, longest = self.block_tables.rows(seqs)
@@ -201,29 +188,17 @@ class InputBuffers:
         slots_h[:] = slots
         if num_feed:
             rows_h[:], cols_h[:] = batch.feed_rows, batch.feed_cols
+        self._send()
         self.layout = layout
-        inputs = views[0]
+        inputs, feed_rows, feed_cols = views
         inputs.tables_version = self.block_tables.version
         if num_steps == 1:
             inputs.host_lens = (query_start, seq_lens)
-        return inputs
-
-    def send(self, inputs: ModelInput, batch: ScheduledBatch) -> None:
-        """The host buffer just filled to the device: one non-blocking copy, from pinned memory."""
-        _, _, device, (_, feed_rows, feed_cols) = self._views
-        self.packed = device
-        if self._on_cuda:
-            turn = self._turn
-            device.copy_(self._host_views[turn][3], non_blocking=True)
-            self._copied[turn].record(self._stream)
-            # the buffer the next step fills was sent a step earlier, ahead of that step's forwards,
-            # which have started by now: this wait ends at once, here among the step's other CUDA
-            # calls rather than alone before the next step's Python
-            self._copied[1 - turn].synchronize()
-        if batch.feed_rows:
+        if num_feed:
             # overlapped steps: decodes whose input token was still unknown at scheduling take it from
             # the step in flight's sampled tokens, on the device, without a host round trip
             inputs.input_ids[feed_rows] = batch.feed_tokens[-1, feed_cols].to(inputs.input_ids.dtype)
+        return inputs
 
     def _arange(self, size: int) -> np.ndarray:
         if self._range.size < size:
@@ -263,13 +238,21 @@ class InputBuffers:
         return cached[2], self._views[3]
 
     def _host(self, size: int) -> torch.Tensor:
-        """This step's host buffer, holding at least size entries; free to fill, since the last send
-        waited for the copy that last read it."""
+        """This step's host buffer, free to fill and holding at least size entries."""
         self._turn = (self._turn + 1) % len(self._hosts)
+        if self._copied:
+            self._copied[self._turn].synchronize()
         host = self._hosts[self._turn]
         if size > host.numel():
             host = self._hosts[self._turn] = self._host_buffer(max(size, 2 * host.numel()))
         return host
+
+    def _send(self) -> None:
+        """The host buffer just filled to the device: one non-blocking copy, from pinned memory."""
+        self.packed = self._views[2]
+        if self._on_cuda:
+            self.packed.copy_(self._host_views[self._turn][3], non_blocking=True)
+            self._copied[self._turn].record(self._stream)
 
 
 def prepare_inputs(batch: ScheduledBatch, block_size: int, device: torch.device) -> ModelInput:

@@ -103,15 +103,13 @@ class ModelRunner:
         the host between them; on the CPU a forward runs when the caller asks for its tokens, so it has
         the ones before in hand first."""
         with torch.inference_mode():
-            window = self.inputs.fill(batch)  # every forward's inputs, sent in one copy
+            window = self.inputs.prepare(batch)  # every forward's inputs, in one copy
             layout = self.inputs.layout
             seqs = batch.seqs
             self.sampler.prepare(
                 seqs if layout.num_sample == len(seqs) else [s for s in seqs if s.sample], batch.num_steps
             )
             use_graphs = self.graphs is not None and self.graphs.handles(layout)
-            # from here to the last forward's launch, CUDA calls with little Python between them
-            self.inputs.send(window, batch)
             self.group.send_step(self.inputs.packed, layout, use_graphs)
             if before_launch is not None:
                 before_launch()

@@ -125,10 +125,9 @@ class NullExecutor:
         (s, p), so any batching, chunking or multi-step window yields the same tokens. before_launch
         runs where the model runner's does, once the inputs are prepared (the step's timer start)."""
         # what a GPU host does before launching the forward
-        inputs = self.inputs.fill(batch)
+        inputs = self.inputs.prepare(batch)
         sampled = [s for s in batch.seqs if s.sample]
         self.sampler.prepare(sampled, batch.num_steps)
-        self.inputs.send(inputs, batch)
         ids = np.array([s.seq_id for s in sampled], dtype=np.int64)
         # where each first sampled token lands: one past its sequence's last new token
         positions = inputs.positions.numpy()[inputs.sample_rows.numpy()] + 1

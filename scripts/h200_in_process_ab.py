@@ -1,22 +1,16 @@
 """Two ways of running the same engine's steps, compared in one process: blocks of steps take turns
 (A B, then B A, ...), so that a GPU host's drift, up to 2x within a minute
-(results/h200/launch_burst/*.json), falls on both alike, where two processes could not be compared.
+(results/h200/host_drift/), falls on both alike, where two processes could not be compared.
 256 sequences decoding, single step, every overlap off, CUDA graphs on (scripts/cpu_overhead.py's
 engine). Host time per step is schedule + prepare + output, medians per block and side; each block
 also times a fixed piece of per-sequence Python (cpu_overhead.host_reference_us), the host's speed.
 
---compare launch-burst: the model runner fills the host buffer and prepares the sampler before the
-step's first CUDA call, so the calls come in one burst (B). The order before (A) waited for the host
-buffer's last copy before filling it and sent it before preparing the sampler: three stretches of
-Python, each ending in a CUDA call. A is rebuilt from the same code (InputBuffers.fill, then send right
-after it, behind the old wait).
 --compare pinning: the process on every core it may use (A), or on one of them (B): whether moving
 between cores makes the host slower.
 --compare wait: the host waits for a step's tokens in cudaEventSynchronize (A), or asks the event
 from Python until it has fired (B): whether the driver's wait lets the host go cold.
-    python scripts/h200_in_process_ab.py launch-burst results/h200/launch_burst/in_process.json
-    python scripts/h200_in_process_ab.py pinning results/h200/pinning.json
-    python scripts/h200_in_process_ab.py wait results/h200/wait.json"""
+    python scripts/h200_in_process_ab.py pinning results/h200/host_drift/pinning.json
+    python scripts/h200_in_process_ab.py wait results/h200/host_drift/wait.json"""
 
 import json
 import os
@@ -28,43 +22,21 @@ import torch
 from cpu_overhead import NUM_SEQS, drain, host_reference_us, steady_decode_engine
 
 from engine.in_flight import InFlightStep
-from engine.input_batch import InputBuffers
 from engine.llm_engine import LLMEngine
 from llmbench.env import command_line
 
 ROUNDS, STEPS_PER_BLOCK = 16, 60
 
 
-def scattered(engine: LLMEngine) -> None:
-    """The launch order before: the wait for the buffer's last copy, then fill and send together."""
-    buffers: InputBuffers = engine.executor.inputs
-    fill, send = buffers.fill, buffers.send
-
-    def fill_and_send(batch):
-        buffers._copied[(buffers._turn + 1) % 2].synchronize()
-        inputs = fill(batch)
-        send(inputs, batch)
-        return inputs
-
-    buffers.fill = fill_and_send
-    buffers.send = lambda inputs, batch: None
-
-
-def burst(engine: LLMEngine) -> None:
-    """The model runner's own order: the class's methods again."""
-    engine.executor.inputs.__dict__.pop("fill", None)
-    engine.executor.inputs.__dict__.pop("send", None)
-
-
 ALL_CORES = sorted(os.sched_getaffinity(0))
 
 
-def every_core(engine: LLMEngine) -> None:
+def every_core() -> None:
     """Every core the process was started with."""
     os.sched_setaffinity(0, ALL_CORES)
 
 
-def one_core(engine: LLMEngine) -> None:
+def one_core() -> None:
     """The core the process runs on now, or its first allowed one."""
     core = os.sched_getcpu() if hasattr(os, "sched_getcpu") else ALL_CORES[0]
     os.sched_setaffinity(0, [core])
@@ -73,12 +45,12 @@ def one_core(engine: LLMEngine) -> None:
 _synchronize = InFlightStep._synchronize
 
 
-def event_wait(engine: LLMEngine) -> None:
+def event_wait() -> None:
     """Waiting for a forward's tokens in cudaEventSynchronize, as the engine does."""
     InFlightStep._synchronize = _synchronize
 
 
-def polled_wait(engine: LLMEngine) -> None:
+def polled_wait() -> None:
     """Waiting for a forward's tokens by asking its event until it has fired, from Python."""
 
     def poll(step: InFlightStep, count: int) -> None:
@@ -90,14 +62,13 @@ def polled_wait(engine: LLMEngine) -> None:
 
 
 COMPARISONS = {
-    "launch-burst": (scattered, burst),
     "pinning": (every_core, one_core),
     "wait": (event_wait, polled_wait),
 }
 
 
 def block(engine: LLMEngine, setting) -> dict:
-    setting(engine)
+    setting()
     reference = host_reference_us()
     for _ in range(STEPS_PER_BLOCK):
         engine.step()

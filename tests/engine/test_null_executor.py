@@ -15,16 +15,16 @@ from engine.sampler import Sampler
 @pytest.mark.parametrize("num_steps", [1, 4])
 def test_every_null_step_prepares_the_model_inputs(monkeypatch, num_steps):
     prepared = []
-    fill = InputBuffers.fill
+    prepare = InputBuffers.prepare
 
-    def recording_fill(self, batch):
-        inputs = fill(self, batch)
+    def recording_prepare(self, batch):
+        inputs = prepare(self, batch)
         # the batch as it ran: the scheduler refills its entries for later steps
         facts = [(s.seq_id, s.num_computed, s.num_new, s.seq_len, s.sample) for s in batch.seqs]
         prepared.append((facts, batch.num_steps, inputs.positions.tolist(), inputs.attn.seq_lens.tolist()))
         return inputs
 
-    monkeypatch.setattr(InputBuffers, "fill", recording_fill)
+    monkeypatch.setattr(InputBuffers, "prepare", recording_prepare)
     sampling = []
     prepare_sampling = Sampler.prepare
 

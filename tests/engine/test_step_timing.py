@@ -161,17 +161,17 @@ def timed_model_engine(**overrides):
     timer, device = make_timer(ring_size=64)
     engine._gpu_timer = timer
     runner = engine.executor
-    fill, compute_logits = runner.inputs.fill, runner.model.compute_logits
+    prepare, compute_logits = runner.inputs.prepare, runner.model.compute_logits
 
-    def slow_fill(batch):
+    def slow_prepare(batch):
         device.now_ms += PREPARE_MS
-        return fill(batch)
+        return prepare(batch)
 
     def slow_logits(hidden):
         device.now_ms += FORWARD_MS
         return compute_logits(hidden)
 
-    runner.inputs.fill = slow_fill
+    runner.inputs.prepare = slow_prepare
     runner.model.compute_logits = slow_logits
     return engine, device
 
