@@ -11,7 +11,10 @@ as long as the row's GPU step (null_host_ms_after_gpu_wait: the host's cost of w
     python scripts/cpu_overhead.py --gpu --out results/h200/cpu_overhead.json
 With --forward-ms the null executor's forwards take that long on a simulated device (as a GPU's would),
 so the host work after each wait for tokens runs on caches other work used meanwhile.
-    python scripts/cpu_overhead.py --forward-ms 9 --out results/cpu/cpu_overhead_forward9.json"""
+    python scripts/cpu_overhead.py --forward-ms 9 --out results/cpu/cpu_overhead_forward9.json
+With --prompt-len every sequence starts from a longer prompt (the same one for all, 128 tokens by
+default): each per-sequence loop then reads longer token lists and wider block tables.
+    python scripts/cpu_overhead.py --prompt-len 1900 --out results/cpu/cpu_overhead_len1900.json"""
 
 import argparse
 import json
@@ -30,7 +33,7 @@ from engine.llm_engine import LLMEngine
 from engine.request import SamplingParams
 from llmbench.env import command_line
 
-NUM_SEQS, FORWARDS = 256, 400
+NUM_SEQS, FORWARDS, MAX_MODEL_LEN = 256, 400, 4096
 
 
 def host_reference_us() -> float:
@@ -60,12 +63,14 @@ def steady_decode_engine(
     forward_ms: float = 0.0,
     warm_steps: int = 5,
     dependent_launch: bool = True,
+    prompt_len: int = 128,
 ) -> LLMEngine:
     """An engine with NUM_SEQS sequences decoding (Llama-3-8B shapes, every overlap off): the null
     executor (forwards of forward_ms on its simulated device), or with gpu the model runner on CUDA,
     random bfloat16 weights, graphs on (their kernels with dependent launch unless told otherwise).
-    Warmed by warm_steps steps (the prefill among them), their records drained, the garbage collector
-    set as the benchmark runner and the engine core set it."""
+    Every sequence starts from the same prompt of prompt_len tokens. Warmed until every sequence
+    decodes, then by warm_steps steps more, their records drained, the garbage collector set as the
+    benchmark runner and the engine core set it."""
     if gpu:
         model = ModelConfig(preset="llama3-8b", device="cuda", dtype="bfloat16")
     else:
@@ -74,14 +79,19 @@ def steady_decode_engine(
         EngineConfig(
             model=model,
             max_num_seqs=NUM_SEQS,
-            max_model_len=4096,
+            max_model_len=MAX_MODEL_LEN,
             num_scheduler_steps=num_scheduler_steps,
             cuda_graphs=gpu,
             dependent_launch=dependent_launch,
         )
     )
+    prompt = list(range(1, prompt_len + 1))
+    params = SamplingParams(max_tokens=min(3000, MAX_MODEL_LEN - prompt_len), ignore_eos=True)
     for i in range(NUM_SEQS):
-        engine.add_request(str(i), list(range(1, 129)), SamplingParams(max_tokens=3000, ignore_eos=True))
+        engine.add_request(str(i), prompt, params)
+    scheduler = engine.scheduler
+    while scheduler.waiting or any(seq.num_computed < prompt_len for seq in scheduler.running):
+        engine.step()
     for _ in range(warm_steps):
         engine.step()
     drain(engine, gpu)
@@ -89,16 +99,18 @@ def steady_decode_engine(
     return engine
 
 
-def null_host_ms(forward_ms: float = 0.0) -> float:
+def null_host_ms(prompt_len: int, forward_ms: float = 0.0) -> float:
     """The null executor's median single-step host time, as its row measures it (a few seconds), with
     its forwards taking forward_ms on the simulated device."""
-    return measure(1, gpu=False, forwards=200, forward_ms=forward_ms)["host_ms_per_step"]
+    return measure(1, False, prompt_len, forwards=200, forward_ms=forward_ms)["host_ms_per_step"]
 
 
-def measure(num_scheduler_steps: int, gpu: bool, forwards: int = FORWARDS, forward_ms: float = 0.0) -> dict:
+def measure(
+    num_scheduler_steps: int, gpu: bool, prompt_len: int, forwards: int = FORWARDS, forward_ms: float = 0.0
+) -> dict:
     reference_before = host_reference_us()
-    null_before = null_host_ms() if gpu else None
-    engine = steady_decode_engine(gpu, num_scheduler_steps, forward_ms)
+    null_before = null_host_ms(prompt_len) if gpu else None
+    engine = steady_decode_engine(gpu, num_scheduler_steps, forward_ms, prompt_len=prompt_len)
     for _ in range(forwards):  # a streamed window takes one step() call per forward
         engine.step()
     records = [r for r in drain(engine, gpu) if r.num_decode_seqs == NUM_SEQS]
@@ -120,9 +132,9 @@ def measure(num_scheduler_steps: int, gpu: bool, forwards: int = FORWARDS, forwa
     engine.shutdown()
     row["host_reference_us"] = [reference_before, host_reference_us()]
     if gpu:
-        row["null_host_ms"] = [null_before, null_host_ms()]
+        row["null_host_ms"] = [null_before, null_host_ms(prompt_len)]
         # the same null step after a wait as long as this row's GPU step: the host's cost of waiting
-        row["null_host_ms_after_gpu_wait"] = null_host_ms(forward_ms=row["gpu_ms"] / num_scheduler_steps)
+        row["null_host_ms_after_gpu_wait"] = null_host_ms(prompt_len, row["gpu_ms"] / num_scheduler_steps)
     return row
 
 
@@ -136,12 +148,15 @@ def main() -> None:
         default=0.0,
         help="null executor: each forward takes this long on a simulated device (model.null_forward_ms)",
     )
+    parser.add_argument("--prompt-len", type=int, default=128, help="tokens of each sequence's prompt")
     args = parser.parse_args()
+    if not 1 <= args.prompt_len <= MAX_MODEL_LEN - FORWARDS - 20:
+        parser.error(f"--prompt-len must be 1 to {MAX_MODEL_LEN - FORWARDS - 20}, leaving room for the steps")
     if args.gpu and args.forward_ms:
         parser.error("--forward-ms simulates the forward of the null executor; --gpu runs the real one")
     rows = [
-        measure(1, args.gpu, forward_ms=args.forward_ms),
-        measure(8, args.gpu, forward_ms=args.forward_ms),
+        measure(1, args.gpu, args.prompt_len, forward_ms=args.forward_ms),
+        measure(8, args.gpu, args.prompt_len, forward_ms=args.forward_ms),
     ]
     for row in rows:
         print(
@@ -166,6 +181,7 @@ def main() -> None:
             "cpu_affinity": sorted(os.sched_getaffinity(0)),  # a run under taskset says so here
             "device": torch.cuda.get_device_name() if args.gpu else "null executor",
             "null_forward_ms": args.forward_ms,
+            "prompt_len": args.prompt_len,
             "num_seqs": NUM_SEQS,
             "rows": rows,
         }
