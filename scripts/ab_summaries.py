@@ -37,7 +37,10 @@ DECODE_FIGURES = ("decode_host_ms", "decode_schedule_ms", "decode_prepare_ms", "
 
 def steady_decode_figures(steps_csv: Path) -> dict:
     """Medians over the steps that decode the run's largest batch and run no prompt token: host
-    phases, and their sum as the step's host time."""
+    phases, and their sum as the step's host time. None for a run without engine steps (a server
+    measured over HTTP)."""
+    if not steps_csv.exists() or steps_csv.stat().st_size == 0:
+        return {"decode_steps": 0} | dict.fromkeys(DECODE_FIGURES)
     steps = pandas.read_csv(steps_csv)
     steps = steps[steps.num_prefill_tokens == 0]
     steps = steps[steps.num_decode_seqs == steps.num_decode_seqs.max()]
