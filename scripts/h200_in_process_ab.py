@@ -37,9 +37,8 @@ def every_core() -> None:
 
 
 def one_core() -> None:
-    """The core the process runs on now, or its first allowed one."""
-    core = os.sched_getcpu() if hasattr(os, "sched_getcpu") else ALL_CORES[0]
-    os.sched_setaffinity(0, [core])
+    """The first core the process was started with."""
+    os.sched_setaffinity(0, ALL_CORES[:1])
 
 
 _synchronize = InFlightStep._synchronize
