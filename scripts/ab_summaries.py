@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas
 
 from llmbench.env import command_line
+from llmbench.step_stats import CPU_PHASES
 
 STEP_FIGURES = (
     "mean_cpu_ms_per_step",
@@ -44,7 +45,7 @@ def steady_decode_figures(steps_csv: Path) -> dict:
     steps = pandas.read_csv(steps_csv)
     steps = steps[steps.num_prefill_tokens == 0]
     steps = steps[steps.num_decode_seqs == steps.num_decode_seqs.max()]
-    host = steps.schedule_ms + steps.prepare_ms + steps.output_ms + steps.ipc_ms
+    host = steps[list(CPU_PHASES)].sum(axis=1)
     figures = {"decode_steps": len(steps), "decode_host_ms": float(host.median())}
     for phase in ("schedule", "prepare", "output"):
         figures[f"decode_{phase}_ms"] = float(steps[f"{phase}_ms"].median())

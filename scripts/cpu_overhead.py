@@ -32,6 +32,7 @@ from engine.gc_heap import freeze_heap
 from engine.llm_engine import LLMEngine
 from engine.request import SamplingParams
 from llmbench.env import command_line
+from llmbench.step_stats import cpu_ms
 
 NUM_SEQS, FORWARDS, MAX_MODEL_LEN = 256, 400, 4096
 
@@ -118,7 +119,7 @@ def measure(
     def median(field: str) -> float:
         return statistics.median(getattr(r, field) for r in records)
 
-    host = statistics.median(r.schedule_ms + r.prepare_ms + r.output_ms + r.ipc_ms for r in records)
+    host = statistics.median(cpu_ms(vars(r)) for r in records)
     row = {
         "num_scheduler_steps": num_scheduler_steps,
         "decode_steps": len(records),

@@ -19,6 +19,7 @@ from cpu_overhead import NUM_SEQS, steady_decode_engine
 
 from engine.llm_engine import LLMEngine
 from llmbench.env import command_line
+from llmbench.step_stats import cpu_ms
 
 STEPS, ALONE = 300, 50
 
@@ -103,7 +104,7 @@ def measure(dependent_launch: bool) -> dict:
         "schedule_ms": median("schedule_ms"),
         "prepare_ms": median("prepare_ms"),
         "output_ms": median("output_ms"),
-        "host_ms": statistics.median(r.schedule_ms + r.prepare_ms + r.output_ms for r in records),
+        "host_ms": statistics.median(cpu_ms(vars(r)) for r in records),
     }
     try:
         row["graph"] = graph_structure(engine)

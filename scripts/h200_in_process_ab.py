@@ -24,6 +24,7 @@ from cpu_overhead import NUM_SEQS, drain, host_reference_us, steady_decode_engin
 from engine.in_flight import InFlightStep
 from engine.llm_engine import LLMEngine
 from llmbench.env import command_line
+from llmbench.step_stats import cpu_ms
 
 ROUNDS, STEPS_PER_BLOCK = 16, 60
 
@@ -73,7 +74,7 @@ def block(engine: LLMEngine, setting) -> dict:
         engine.step()
     records = [r for r in drain(engine, gpu=True) if r.num_decode_seqs == NUM_SEQS]
     return {
-        "host_ms": statistics.median(r.schedule_ms + r.prepare_ms + r.output_ms for r in records),
+        "host_ms": statistics.median(cpu_ms(vars(r)) for r in records),
         "prepare_ms": statistics.median(r.prepare_ms for r in records),
         "host_reference_us": reference,
         "steps": len(records),

@@ -25,6 +25,7 @@ from cpu_overhead import steady_decode_engine
 from torch.cuda import is_available as cuda_available
 
 from llmbench.env import command_line
+from llmbench.step_stats import cpu_ms
 
 PAUSE_S, STEPS, ROUNDS = 0.009, 120, 4
 
@@ -92,7 +93,7 @@ def main(out: Path) -> None:
                 return statistics.median(getattr(r, field) for r in records)
 
             row = {"round": round_, "between_steps": name}
-            row["host_ms"] = statistics.median(r.schedule_ms + r.prepare_ms + r.output_ms for r in records)
+            row["host_ms"] = statistics.median(cpu_ms(vars(r)) for r in records)
             row.update({f"{phase}_ms": median(f"{phase}_ms") for phase in ("schedule", "prepare", "output")})
             rows.append(row)
             print(f"round {round_} {name:14s} host {row['host_ms']:.3f} ms", flush=True)
