@@ -1,6 +1,10 @@
 """Block tables that persist across steps (vLLM V1's persistent batch): each table gets a row of a host
 array when first seen, and later steps write only the blocks appended to it since. A steady decode
-batch holds the same tables step after step, and gains a block in one of every block_size steps."""
+batch holds the same tables step after step, and gains a block in one of every block_size steps.
+
+The per-step bookkeeping is in Python's builtins on lists, not numpy: on a host whose caches a
+forward's wait has left cold, each numpy call costs 10-20 us (its code is fetched again), against a
+few us for a builtin's pass over a few hundred ints (results/cpu/lean_decode_inputs/)."""
 
 from __future__ import annotations
 
@@ -23,11 +27,11 @@ class BlockTables:
         self.table = np.zeros((rows, width), dtype=np.int32)
         self._row_of: dict[int, int] = {}  # id(block table list) -> row
         self._lists: list[list[int] | None] = [None] * rows  # holding each list keeps its id unique
-        self._filled = np.zeros(rows, dtype=np.int64)  # blocks of the list already in the row
+        self._filled = [0] * rows  # blocks of the list already in the row
         self._free = list(range(rows - 1, -1, -1))
         # the last batch's tables, their rows and lengths: the next batch of the same tables skips
         # finding its rows
-        self._last: tuple[list[list[int]], np.ndarray, np.ndarray] = ([], np.zeros(0, np.int64), np.zeros(0))
+        self._last: tuple[list[list[int]], np.ndarray, list[int]] = ([], np.zeros(0, np.int64), [])
         # changes whenever a batch's tables differ from the last batch's, in order or in content: a
         # CUDA graph's static copy of them is still right while it holds
         self.version = next(_versions)
@@ -37,28 +41,29 @@ class BlockTables:
         batch holds the same tables as the last one (a steady decode) their rows are known; only the
         tables that grew are written (a decode gains a block every block_size steps)."""
         tables = [s.block_table for s in seqs]
-        lengths = np.fromiter(map(len, tables), np.int64, len(tables))
+        lengths = list(map(len, tables))
         # the same list objects in a steady decode, compared without a call; equal lists that are not
         # the same (a table freed and refilled with the same blocks) hold what the rows hold too
         if tables == self._last[0]:
             _, rows_np, filled = self._last
+            rows = None
         else:
             self.version = next(_versions)
             rows = list(map(self._row_of.get, map(id, tables)))
             if None in rows:
                 self._add(tables, rows)
             rows_np = np.fromiter(rows, np.int64, len(rows))
-            filled = self._filled[rows_np]
-        longest = int(lengths.max())
+            filled = list(map(self._filled.__getitem__, rows))
+        longest = max(lengths)
         if longest > self.table.shape[1]:
             self._widen(longest)
-        grown = np.flatnonzero(lengths != filled)
-        if grown.size:
+        if lengths != filled:
             self.version = next(_versions)
-            for i in grown.tolist():
-                start = int(filled[i])
-                self.table[rows_np[i], start : lengths[i]] = tables[i][start:]
-            self._filled[rows_np[grown]] = lengths[grown]
+            rows = rows or rows_np.tolist()
+            for i, (length, start) in enumerate(zip(lengths, filled, strict=True)):
+                if length != start:
+                    self.table[rows[i], start:length] = tables[i][start:]
+                    self._filled[rows[i]] = length
         self._last = (tables, rows_np, lengths)
         return rows_np, longest
 
@@ -87,8 +92,8 @@ class BlockTables:
         if len(self._free) < len(self._lists) // 2:
             old = len(self._lists)
             self.table = np.concatenate([self.table, np.zeros_like(self.table)])
-            self._filled = np.concatenate([self._filled, np.zeros_like(self._filled)])
             self._lists += [None] * old
+            self._filled += [0] * old
             self._free += range(2 * old - 1, old - 1, -1)
 
     def _widen(self, width: int) -> None:

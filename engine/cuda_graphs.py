@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 import torch
 
-from engine.input_batch import ModelInput, StepLayout
 from engine.models.llama import AttentionMetadata, KVCache, LlamaForCausalLM
+from engine.step_layout import ModelInput, StepLayout
 
 logger = logging.getLogger(__name__)
 

@@ -3,111 +3,22 @@ token's K/V goes (slot mapping), and each sequence's block table, length and row
 multi-step window, the positions, slots and lengths of every forward.
 
 Runs every step with up to max_num_seqs sequences, so it touches each sequence a few times in list
-comprehensions and does the rest in numpy, never a Python loop over tokens or blocks. Block tables
-persist across steps (engine/block_tables.py). All integer inputs of a step are
-packed into one host buffer (pinned on CUDA) and sent in a single non-blocking copy to one device
-buffer; the model's inputs are views of it. On the CPU the host buffer is the device buffer."""
+comprehensions and does the rest in numpy, never a Python loop over tokens or blocks. A single step of
+decodes, most steps of a load, is computed in list comprehensions alone and written in few numpy
+calls, which cost more than the work on a host whose caches the forward's wait left cold. Block tables
+persist across steps (engine/block_tables.py). All integer inputs of a step are packed into one host
+buffer (pinned on CUDA, laid out by engine/step_layout.py) and sent in a single non-blocking copy to
+one device buffer; the model's inputs are views of it. On the CPU the host buffer is the device
+buffer."""
 
 from __future__ import annotations
-
-import functools
-import itertools
-from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from engine.batch import ScheduledBatch
 from engine.block_tables import BlockTables
-from engine.models.llama import AttentionMetadata
-
-_ALIGN = 4  # int32 entries in 16 bytes
-
-
-def _padded(size: int) -> int:
-    return -(-size // _ALIGN) * _ALIGN
-
-
-@dataclass
-class ModelInput:
-    input_ids: torch.Tensor  # [T] int32 or int64
-    positions: torch.Tensor  # [T] int32
-    attn: AttentionMetadata
-    sample_rows: torch.Tensor  # [n_sample]: the row of each sampled sequence's last new token
-    # multi-step: positions and attention metadata of the window's later forwards
-    later: list[tuple[torch.Tensor, AttentionMetadata]] = field(default_factory=list)
-    # a single-step decode's input ids, positions and lengths as one [3, n] view of the packed
-    # buffer: a graph's static inputs take them in one copy
-    decode_rows: torch.Tensor | None = None
-    # a single-step batch's row offsets [B + 1] and lengths [B] on the host, where input preparation
-    # computed them: a prefill split is planned from these without reading the device back
-    host_lens: tuple[np.ndarray, np.ndarray] | None = None
-    # equal for two steps whose block tables are equal (BlockTables.version); None: unknown
-    tables_version: int | None = None
-
-    def next_forward(self, step: int, sampled: torch.Tensor) -> ModelInput:
-        """Forward `step` (>= 1) of a multi-step window: its input tokens are those just sampled."""
-        positions, attn = self.later[step - 1]
-        return ModelInput(sampled, positions, attn, self.sample_rows, tables_version=self.tables_version)
-
-
-class StepLayout(NamedTuple):
-    """Everything needed to find one step's tensors in its packed buffer: with it, another tensor-
-    parallel rank rebuilds the model inputs from the buffer alone."""
-
-    num_seqs: int
-    num_tokens: int
-    num_steps: int
-    width: int  # block table entries per sequence
-    num_sample: int
-    num_feed: int
-    decode_only: bool
-
-    def sections(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Each section's size and start, in int32 entries; the last start is the buffer's size. Each
-        section starts on a 16-byte boundary, and so does each forward's row of a window (Triton
-        specializes kernels on pointer alignment: an unaligned view would compile a second variant of
-        a kernel mid-run, ~0.7 s on an H200, when the batch's shape shifts the sections)."""
-        return _sections(self)
-
-
-@functools.lru_cache(maxsize=256)  # a steady decode asks for the same layout's every step
-def _sections(layout: StepLayout) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    n, t, k = layout.num_seqs, layout.num_tokens, layout.num_steps
-    sizes = (t, k * _padded(t), k * _padded(n), n + 1, layout.num_sample, n * layout.width)
-    sizes += (2 * k * _padded(t), layout.num_feed, layout.num_feed)
-    return sizes, tuple(itertools.accumulate((_padded(size) for size in sizes), initial=0))
-
-
-def unpack(packed: torch.Tensor, layout: StepLayout) -> tuple[ModelInput, torch.Tensor, torch.Tensor]:
-    """The model inputs as views of a step's packed buffer, and the async-output feed rows and
-    columns."""
-    n, num_tokens, num_steps, width = layout.num_seqs, layout.num_tokens, layout.num_steps, layout.width
-    sizes, starts = layout.sections()
-    ids, positions, seq_lens, query_start, sample_rows, tables, slots, feed_rows, feed_cols = (
-        packed[start : start + size] for start, size in zip(starts, sizes, strict=False)
-    )
-    slots = slots.view(torch.int64)
-    tables = tables.view(n, width)
-    decode_only = layout.decode_only
-    if num_steps == 1:
-        attn = AttentionMetadata(slots[:num_tokens], tables, seq_lens[:n], query_start, decode_only)
-        decode_rows = None
-        if num_tokens == n:  # sections 0-2 are then three rows of row_n
-            decode_rows = packed[: starts[3]].view(3, _padded(n))[:, :n]
-        inputs = ModelInput(ids, positions[:num_tokens], attn, sample_rows, decode_rows=decode_rows)
-        return inputs, feed_rows, feed_cols
-    # a window: one row per forward
-    row_t, row_n = _padded(num_tokens), _padded(n)
-    positions = positions.view(num_steps, row_t)[:, :num_tokens]
-    seq_lens = seq_lens.view(num_steps, row_n)[:, :n]
-    slots = slots.view(num_steps, row_t)[:, :num_tokens]
-    attns = [
-        AttentionMetadata(slots[k], tables, seq_lens[k], query_start, decode_only) for k in range(num_steps)
-    ]
-    later = [(positions[k], attns[k]) for k in range(1, num_steps)]
-    return ModelInput(ids, positions[0], attns[0], sample_rows, later), feed_rows, feed_cols
+from engine.step_layout import ModelInput, StepLayout, padded, unpack
 
 
 class InputBuffers:
@@ -135,6 +46,8 @@ class InputBuffers:
         # device buffer (the model inputs). The buffer under the views is replaced only when a step
         # outgrows it, which a step of the same layout cannot
         self._host_views: list[tuple | None] = [None] * len(self._hosts)
+        # the block tables version each host buffer's tables section holds (None: unknown)
+        self._tables_written: list[int | None] = [None] * len(self._hosts)
         self._views: tuple | None = None
         self._range = np.arange(0)
 
@@ -145,7 +58,10 @@ class InputBuffers:
         seqs = batch.seqs
         n, bs, num_steps = len(seqs), self.block_size, batch.num_steps
         rows, longest = self.block_tables.rows(seqs)
-        num_computed = np.array([s.num_computed for s in seqs], dtype=np.int64)
+        num_computed = [s.num_computed for s in seqs]
+        if num_steps == 1 and all([s.num_new == 1 and s.sample and s.num_outputs for s in seqs]):
+            return self._prepare_decodes(batch, rows, longest, num_computed)
+        num_computed = np.array(num_computed, dtype=np.int64)
         num_new = [s.num_new for s in seqs]
         sample = [s.sample for s in seqs]
         every_row_sampled = all(sample)
@@ -177,39 +93,77 @@ class InputBuffers:
         slots = table[token_rows, block_index] * bs + offset
         num_tokens, num_feed = len(input_ids), len(batch.feed_rows)
         layout = StepLayout(n, num_tokens, num_steps, longest, len(sample_rows), num_feed, decode_only)
-        host, views = self._fill_views(layout)
-        ids_h, positions_h, seq_lens_h, query_start_h, sample_rows_h, tables_h, slots_h, rows_h, cols_h = host
+        host, views, _ = self._fill_views(layout)
+        ids_h, positions_h, seq_lens_h, query_start_h, sample_rows_h, tables_h, slots_h, rows_h, cols_h, _ = (
+            host
+        )
         ids_h[:] = input_ids
         positions_h[:] = positions
         seq_lens_h[:] = seq_lens
         query_start_h[:] = query_start
         sample_rows_h[:] = sample_rows
-        np.take(table[:, : layout.width], rows, axis=0, out=tables_h)
+        self._write_tables(tables_h, rows, layout.width)
         slots_h[:] = slots
         if num_feed:
             rows_h[:], cols_h[:] = batch.feed_rows, batch.feed_cols
+        return self._finish(layout, views, batch, (query_start, seq_lens) if num_steps == 1 else None)
+
+    def _finish(self, layout: StepLayout, views: tuple, batch: ScheduledBatch, host_lens=None) -> ModelInput:
+        """The filled host buffer sent; the model inputs, as views of where it goes (with host_lens,
+        the row offsets and lengths of a single step, as ModelInput.host_lens)."""
         self._send()
         self.layout = layout
         inputs, feed_rows, feed_cols = views
         inputs.tables_version = self.block_tables.version
-        if num_steps == 1:
-            inputs.host_lens = (query_start, seq_lens)
-        if num_feed:
+        inputs.host_lens = host_lens
+        if layout.num_feed:
             # overlapped steps: decodes whose input token was still unknown at scheduling take it from
             # the step in flight's sampled tokens, on the device, without a host round trip
             inputs.input_ids[feed_rows] = batch.feed_tokens[-1, feed_cols].to(inputs.input_ids.dtype)
         return inputs
+
+    def _prepare_decodes(
+        self, batch: ScheduledBatch, rows: np.ndarray, longest: int, num_computed: list[int]
+    ) -> ModelInput:
+        """A single step of sampled decodes, as most steps of a load are. Its values are computed by
+        Python's builtins on lists and written in three numpy calls (ids, positions and lengths in one,
+        then the slots, then the tables when this host buffer's copy of them is stale): on a host
+        whose caches a forward's wait left cold each numpy call costs 10-20 us, more than the work."""
+        seqs, bs = batch.seqs, self.block_size
+        n, num_feed = len(seqs), len(batch.feed_rows)
+        layout = StepLayout(n, n, 1, longest, n, num_feed, True)
+        host, views, fresh = self._fill_views(layout)
+        ids = [s.token_ids[c] for s, c in zip(seqs, num_computed, strict=True)]
+        host[9][:] = (ids, num_computed, [c + 1 for c in num_computed])  # [3, n]: ids, positions, lengths
+        host[6][:] = [s.block_table[c // bs] * bs + c % bs for s, c in zip(seqs, num_computed, strict=True)]
+        if fresh:  # a decode layout's row offsets and sampled rows never change while the views hold
+            host[3][:] = self._arange(n + 1)
+            host[4][:] = host[3][:-1]
+        self._write_tables(host[5], rows, longest)
+        if num_feed:
+            host[7][:], host[8][:] = batch.feed_rows, batch.feed_cols
+        return self._finish(layout, views, batch)
+
+    def _write_tables(self, tables_h: np.ndarray, rows: np.ndarray, width: int) -> None:
+        """This host buffer's block tables section, unless it holds these tables already: a steady
+        decode's change once every block_size steps."""
+        version = self.block_tables.version
+        if self._tables_written[self._turn] != version:
+            np.take(self.block_tables.table[:, :width], rows, axis=0, out=tables_h)
+            self._tables_written[self._turn] = version
 
     def _arange(self, size: int) -> np.ndarray:
         if self._range.size < size:
             self._range = np.arange(max(size, 2 * self._range.size))
         return self._range[:size]
 
-    def _fill_views(self, layout: StepLayout) -> tuple[list[np.ndarray], tuple]:
-        """This step's host buffer, as one array per section shaped as the step writes it, and the
-        model inputs as views of the device buffer it is sent to. A steady decode keeps its layout for
-        block_size steps: both sets of views are then the last ones, since building them costs more
-        than filling them."""
+    def _fill_views(self, layout: StepLayout) -> tuple[list[np.ndarray | None], tuple, bool]:
+        """This step's host buffer, as one array per section shaped as the step writes it (then, for a
+        single step of one token a sequence, the first three sections as one [3, n] array), the model
+        inputs as views of the device buffer it is sent to, and whether the host views are new (the
+        buffer then holds nothing of this layout). A steady decode keeps its layout for block_size
+        steps: both sets of views are then the last ones, since building them costs more than filling
+        them."""
         sizes, starts = layout.sections()
         total = starts[-1]
         host = self._host(total)
@@ -218,24 +172,28 @@ class InputBuffers:
                 max(total, 2 * self._device_buf.numel()), dtype=torch.int32, device=self.device
             )
         cached = self._host_views[self._turn]
+        fresh = False
         if cached is None or cached[0] != layout or cached[1] is not host:
             h = host.numpy()
             n, t, k = layout.num_seqs, layout.num_tokens, layout.num_steps
             ids, positions, seq_lens, query_start, sample_rows, tables, slots, rows, cols = (
                 h[start : start + size] for start, size in zip(starts, sizes, strict=False)
             )
-            row_t, row_n = _padded(t), _padded(n)
+            row_t, row_n = padded(t), padded(n)
             sections = [ids, positions.reshape(k, row_t)[:, :t], seq_lens.reshape(k, row_n)[:, :n]]
             sections += [query_start, sample_rows, tables.reshape(n, layout.width)]
             sections += [slots.view(np.int64).reshape(k, row_t)[:, :t], rows, cols]
             if k == 1:  # written from 1D arrays
                 sections[1], sections[2], sections[6] = sections[1][0], sections[2][0], sections[6][0]
+            sections.append(h[: starts[3]].reshape(3, row_n)[:, :n] if k == 1 and t == n else None)
             cached = self._host_views[self._turn] = (layout, host, sections, host[:total])
+            self._tables_written[self._turn] = None
+            fresh = True
         under = self._device_buf if self._on_cuda else host
         if self._views is None or self._views[0] != layout or self._views[1] is not under:
             device = self._device_buf[:total] if self._on_cuda else cached[3]
             self._views = (layout, under, device, unpack(device, layout))
-        return cached[2], self._views[3]
+        return cached[2], self._views[3], fresh
 
     def _host(self, size: int) -> torch.Tensor:
         """This step's host buffer, free to fill and holding at least size entries."""

@@ -17,13 +17,14 @@ from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.config import EngineConfig
 from engine.cuda_graphs import DecodeGraphs, graph_bucket
 from engine.in_flight import ForwardTokens
-from engine.input_batch import InputBuffers, ModelInput
+from engine.input_batch import InputBuffers
 from engine.loader import load_model, model_shape, resolve_device, resolve_max_model_len
 from engine.models.llama import Group, KVCache
 from engine.nvtx_ranges import nvtx_ranges, phase_range
 from engine.parallel.group import LOCAL
 from engine.request import SamplingParams
 from engine.sampler import Sampler
+from engine.step_layout import ModelInput
 from engine.token_readback import TokenReadback
 from kernels import pdl, reference
 from kernels.attention_split import plan_attention_split, sdpa_backends

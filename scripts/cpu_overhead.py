@@ -14,7 +14,11 @@ so the host work after each wait for tokens runs on caches other work used meanw
     python scripts/cpu_overhead.py --forward-ms 9 --out results/cpu/cpu_overhead_forward9.json
 With --prompt-len every sequence starts from a longer prompt (the same one for all, 128 tokens by
 default): each per-sequence loop then reads longer token lists and wider block tables.
-    python scripts/cpu_overhead.py --prompt-len 1900 --out results/cpu/cpu_overhead_len1900.json"""
+    python scripts/cpu_overhead.py --prompt-len 1900 --out results/cpu/cpu_overhead_len1900.json
+With --evict-mb every step starts after a write through a buffer that large, as a GPU host's step
+starts after a forward's wait that left its caches to other work: a CPU-only run then reads the cold-
+cache cost the H200 host pays (its null executor steps take 2x as long after a 9 ms wait).
+    python scripts/cpu_overhead.py --evict-mb 64 --out results/cpu/cpu_overhead_evict64.json"""
 
 import argparse
 import json
@@ -24,6 +28,7 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from engine.batch import ScheduledSeq
@@ -107,12 +112,19 @@ def null_host_ms(prompt_len: int, forward_ms: float = 0.0) -> float:
 
 
 def measure(
-    num_scheduler_steps: int, gpu: bool, prompt_len: int, forwards: int = FORWARDS, forward_ms: float = 0.0
+    num_scheduler_steps: int,
+    gpu: bool,
+    prompt_len: int,
+    forwards: int = FORWARDS,
+    forward_ms: float = 0.0,
+    evict_mb: int = 0,
 ) -> dict:
     reference_before = host_reference_us()
     null_before = null_host_ms(prompt_len) if gpu else None
     engine = steady_decode_engine(gpu, num_scheduler_steps, forward_ms, prompt_len=prompt_len)
+    evicting = np.zeros(evict_mb << 17)  # float64: evict_mb MiB
     for _ in range(forwards):  # a streamed window takes one step() call per forward
+        evicting += 1.0  # read and written: every line of it passes through the caches
         engine.step()
     records = [r for r in drain(engine, gpu) if r.num_decode_seqs == NUM_SEQS]
 
@@ -127,6 +139,7 @@ def measure(
         "host_ms_per_forward": host / num_scheduler_steps,
         **{f"{phase}_ms": median(f"{phase}_ms") for phase in ("schedule", "prepare", "output", "sample")},
         "step_ms": statistics.median((r.t_end - r.t_start) * 1e3 for r in records),
+        "evict_mb": evict_mb,
     }
     if gpu:
         row["gpu_ms"] = median("gpu_ms")
@@ -150,14 +163,21 @@ def main() -> None:
         help="null executor: each forward takes this long on a simulated device (model.null_forward_ms)",
     )
     parser.add_argument("--prompt-len", type=int, default=128, help="tokens of each sequence's prompt")
+    parser.add_argument(
+        "--evict-mb", type=int, default=0, help="null executor: write through this many MiB before each step"
+    )
     args = parser.parse_args()
     if not 1 <= args.prompt_len <= MAX_MODEL_LEN - FORWARDS - 20:
         parser.error(f"--prompt-len must be 1 to {MAX_MODEL_LEN - FORWARDS - 20}, leaving room for the steps")
-    if args.gpu and args.forward_ms:
-        parser.error("--forward-ms simulates the forward of the null executor; --gpu runs the real one")
+    if args.gpu and (args.forward_ms or args.evict_mb):
+        parser.error(
+            "--forward-ms and --evict-mb stand in for a GPU host's forwards; --gpu runs the real one"
+        )
+    if not 0 <= args.evict_mb <= 4096:
+        parser.error("--evict-mb must be 0 to 4096")
     rows = [
-        measure(1, args.gpu, args.prompt_len, forward_ms=args.forward_ms),
-        measure(8, args.gpu, args.prompt_len, forward_ms=args.forward_ms),
+        measure(k, args.gpu, args.prompt_len, forward_ms=args.forward_ms, evict_mb=args.evict_mb)
+        for k in (1, 8)
     ]
     for row in rows:
         print(

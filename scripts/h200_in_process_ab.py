@@ -9,14 +9,21 @@ also times a fixed piece of per-sequence Python (cpu_overhead.host_reference_us)
 between cores makes the host slower.
 --compare wait: the host waits for a step's tokens in cudaEventSynchronize (A), or asks the event
 from Python until it has fired (B): whether the driver's wait lets the host go cold.
+--compare inputs: the input preparation of another version (A: engine/input_batch.py and
+engine/block_tables.py from --baseline DIR, laid out as the checkout), or the checkout's (B); the
+engine's model runner holds one of each and steps with either.
     python scripts/h200_in_process_ab.py pinning results/h200/host_drift/pinning.json
-    python scripts/h200_in_process_ab.py wait results/h200/host_drift/wait.json"""
+    python scripts/h200_in_process_ab.py wait results/h200/host_drift/wait.json
+    python scripts/h200_in_process_ab.py inputs OUT.json --baseline .ab/A"""
 
+import argparse
+import importlib.util
 import json
 import os
 import statistics
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import torch
 from cpu_overhead import NUM_SEQS, drain, host_reference_us, steady_decode_engine
@@ -32,12 +39,12 @@ ROUNDS, STEPS_PER_BLOCK = 16, 60
 ALL_CORES = sorted(os.sched_getaffinity(0))
 
 
-def every_core() -> None:
+def every_core(engine: LLMEngine) -> None:
     """Every core the process was started with."""
     os.sched_setaffinity(0, ALL_CORES)
 
 
-def one_core() -> None:
+def one_core(engine: LLMEngine) -> None:
     """The first core the process was started with."""
     os.sched_setaffinity(0, ALL_CORES[:1])
 
@@ -45,12 +52,12 @@ def one_core() -> None:
 _synchronize = InFlightStep._synchronize
 
 
-def event_wait() -> None:
+def event_wait(engine: LLMEngine) -> None:
     """Waiting for a forward's tokens in cudaEventSynchronize, as the engine does."""
     InFlightStep._synchronize = _synchronize
 
 
-def polled_wait() -> None:
+def polled_wait(engine: LLMEngine) -> None:
     """Waiting for a forward's tokens by asking its event until it has fired, from Python."""
 
     def poll(step: InFlightStep, count: int) -> None:
@@ -61,18 +68,64 @@ def polled_wait() -> None:
     InFlightStep._synchronize = poll
 
 
-COMPARISONS = {
-    "pinning": (every_core, one_core),
-    "wait": (event_wait, polled_wait),
-}
+def load_baseline(folder: Path) -> ModuleType:
+    """The baseline's engine/input_batch.py as a module of its own, importing the baseline's
+    engine/block_tables.py where it imports the checkout's."""
+    checkout_tables = sys.modules["engine.block_tables"]
+    modules = {}
+    for name in ("block_tables", "input_batch"):
+        spec = importlib.util.spec_from_file_location(f"baseline_{name}", folder / "engine" / f"{name}.py")
+        modules[name] = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+        sys.modules["engine.block_tables"] = modules["block_tables"]
+        try:
+            spec.loader.exec_module(modules[name])
+        finally:
+            sys.modules["engine.block_tables"] = checkout_tables
+    return modules["input_batch"]
+
+
+class InputVersions:
+    """The model runner's input buffers of either version, swapped in by `baseline` and `checkout`."""
+
+    def __init__(self, baseline: Path):
+        self.module = load_baseline(baseline)
+        self.buffers: dict = {}
+
+    def use(self, engine: LLMEngine, version: str) -> None:
+        runner = engine.executor
+        if not self.buffers:
+            make = self.module.InputBuffers
+            self.buffers = {"checkout": runner.inputs, "baseline": make(runner.block_size, runner.device)}
+        runner.inputs = self.buffers[version]
+        # each version counts its own table versions: the graphs' copy of the tables is unknown
+        runner.graphs._tables_version = None
+
+
+def comparisons(baseline: Path | None) -> dict:
+    versions = InputVersions(baseline) if baseline else None
+
+    def baseline_inputs(engine: LLMEngine) -> None:
+        """Input preparation of the baseline version."""
+        versions.use(engine, "baseline")
+
+    def checkout_inputs(engine: LLMEngine) -> None:
+        """Input preparation of the checkout."""
+        versions.use(engine, "checkout")
+
+    return {
+        "pinning": (every_core, one_core),
+        "wait": (event_wait, polled_wait),
+        "inputs": (baseline_inputs, checkout_inputs),
+    }
 
 
 def block(engine: LLMEngine, setting) -> dict:
-    setting()
+    setting(engine)
     reference = host_reference_us()
     for _ in range(STEPS_PER_BLOCK):
         engine.step()
-    records = [r for r in drain(engine, gpu=True) if r.num_decode_seqs == NUM_SEQS]
+    # the first steps after a swap rebuild the version's persistent rows and views
+    records = [r for r in drain(engine, gpu=True)[3:] if r.num_decode_seqs == NUM_SEQS]
     return {
         "host_ms": statistics.median(cpu_ms(vars(r)) for r in records),
         "prepare_ms": statistics.median(r.prepare_ms for r in records),
@@ -81,8 +134,8 @@ def block(engine: LLMEngine, setting) -> dict:
     }
 
 
-def main(comparison: str, out: Path) -> None:
-    sides = dict(zip("AB", COMPARISONS[comparison], strict=True))
+def main(comparison: str, out: Path, baseline: Path | None) -> None:
+    sides = dict(zip("AB", comparisons(baseline)[comparison], strict=True))
     engine = steady_decode_engine(gpu=True)
     rounds = []
     for r in range(ROUNDS):
@@ -107,6 +160,7 @@ def main(comparison: str, out: Path) -> None:
     result = {
         "command": f"python scripts/{command_line()}",
         "comparison": comparison,
+        "baseline": str(baseline) if baseline else None,
         "sides": {name: setting.__doc__ or setting.__name__ for name, setting in sides.items()},
         "device": torch.cuda.get_device_name(),
         "cores": ALL_CORES,
@@ -120,6 +174,13 @@ def main(comparison: str, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in COMPARISONS:
-        sys.exit(f"usage: {sys.argv[0]} {{{'|'.join(COMPARISONS)}}} OUT.json")
-    main(sys.argv[1], Path(sys.argv[2]))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("comparison", choices=sorted(comparisons(None)))
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--baseline", type=Path, help="inputs: a folder with the other version's files")
+    args = parser.parse_args()
+    if (args.comparison == "inputs") != (args.baseline is not None):
+        parser.error("--baseline goes with the inputs comparison, and only with it")
+    if args.baseline and not (args.baseline / "engine" / "input_batch.py").is_file():
+        parser.error(f"--baseline {args.baseline}: no engine/input_batch.py there")
+    main(args.comparison, args.out, args.baseline)

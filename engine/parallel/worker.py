@@ -17,11 +17,11 @@ import torch
 import torch.distributed as dist
 
 from engine import core_messages as msg
-from engine.input_batch import unpack
 from engine.loader import resolve_device
 from engine.model_runner import ModelRunner
 from engine.parallel.group import STARTUP_TIMEOUT, TPGroup, packed_capacity
 from engine.parallel.launch import ARRIVED
+from engine.step_layout import unpack
 
 PARENT_CHECK_S = 0.5
 

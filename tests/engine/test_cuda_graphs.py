@@ -114,13 +114,16 @@ def test_load_copies_block_tables_only_when_they_changed(model):
     buffers = InputBuffers(BLOCK, torch.device("cpu"))
     batch = decode_batch(3, seed=5)
     graphs.load(buffers.prepare(batch))
+    for s in batch.seqs:  # a block reserved ahead, so the next token has a slot wherever it falls
+        s.block_table.append(NUM_BLOCKS - 1 - s.seq_id)
+    graphs.load(buffers.prepare(batch))
     graphs.block_tables[0, 0] = -7  # shows whether the next load copies the tables
     for s in batch.seqs:  # the next decode: one more token, the same table lists
         s.token_ids.append(5)
         s.num_computed += 1
     graphs.load(buffers.prepare(batch))
     assert graphs.block_tables[0, 0].item() == -7
-    batch.seqs[1].block_table.append(NUM_BLOCKS - 1)
+    batch.seqs[1].block_table.append(NUM_BLOCKS - 4)
     graphs.load(buffers.prepare(batch))
     assert [graphs.block_tables[row, : len(s.block_table)].tolist() for row, s in enumerate(batch.seqs)] == [
         s.block_table for s in batch.seqs

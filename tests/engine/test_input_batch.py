@@ -1,5 +1,6 @@
 """The packed step inputs: right values, and every view 16-byte aligned whatever the batch's shape."""
 
+import itertools
 import random
 
 import pytest
@@ -92,12 +93,15 @@ def expected_inputs(batch: ScheduledBatch) -> dict:
         )
         seq_lens.append([p + 1 for p in row_positions] if steps > 1 else [s.seq_len for s in seqs])
     width = max(len(s.block_table) for s in seqs)
+    ends = list(itertools.accumulate(s.num_new for s in seqs))
     return {
         "input_ids": [t for s in seqs for t in s.token_ids[s.num_computed : s.seq_len]],
         "positions": positions,
         "slots": slots,
         "seq_lens": seq_lens,
         "block_tables": [s.block_table + [0] * (width - len(s.block_table)) for s in seqs],
+        "query_start": [0, *ends],
+        "sample_rows": [end - 1 for s, end in zip(seqs, ends, strict=True) if s.sample],
     }
 
 
@@ -109,6 +113,8 @@ def packed_inputs(inputs) -> dict:
         "slots": [a.slot_mapping.tolist() for _, a in forwards],
         "seq_lens": [a.seq_lens.tolist() for _, a in forwards],
         "block_tables": inputs.attn.block_tables.tolist(),
+        "query_start": inputs.attn.query_start_loc.tolist(),
+        "sample_rows": inputs.sample_rows.tolist(),
     }
 
 
@@ -130,14 +136,15 @@ class Tables:
 @pytest.mark.parametrize("seed", range(4))
 def test_persistent_block_tables_follow_growth_preemption_reordering_and_turnover(seed):
     """Sequences come and go over many steps (more tables than the persistent array has rows), grow
-    past its width, change order, get preempted (a new table) and run chunks or decodes: each
-    step's packed inputs equal the ones written out from scratch."""
+    past its width, change order, get preempted (a new table) and run chunks or decodes, the steps of
+    decodes alone through their own path: each step's packed inputs equal the ones written out from
+    scratch."""
     rng = random.Random(seed)
     tables = Tables(rng)
     buffers = InputBuffers(BLOCK, torch.device("cpu"), capacity=8)
     buffers.block_tables = BlockTables(rows=4, width=2)  # small, so it reuses rows and grows
     live: dict[int, list] = {}  # seq_id -> [tokens, num_computed, block_table]
-    next_id = 0
+    next_id = decode_steps = 0
     for _ in range(120):
         while len(live) < rng.randrange(1, 12):
             tokens = [rng.randrange(3, 500) for _ in range(rng.randrange(1, 30))]
@@ -156,11 +163,16 @@ def test_persistent_block_tables_follow_growth_preemption_reordering_and_turnove
         for seq_id in order:
             tokens, done, table = live[seq_id]
             num_new = len(tokens) - done
-            seqs.append(ScheduledSeq(seq_id, tokens, done, num_new, table, SamplingParams(), sample=True))
+            num_outputs = 1 if num_new == 1 and done else 0  # a decode after its first output
+            seqs.append(
+                ScheduledSeq(seq_id, tokens, done, num_new, table, SamplingParams(), True, num_outputs)
+            )
         if not seqs:
             continue
         batch = ScheduledBatch(seqs)
-        assert packed_inputs(buffers.prepare(batch)) == expected_inputs(batch)
+        inputs = buffers.prepare(batch)
+        assert packed_inputs(inputs) == expected_inputs(batch)
+        decode_steps += inputs.attn.decode_only
         for seq_id in order:  # every sequence decodes on: one more token, a block when it fills one
             tokens, _, table = live[seq_id]
             live[seq_id][1] = len(tokens)
@@ -169,6 +181,7 @@ def test_persistent_block_tables_follow_growth_preemption_reordering_and_turnove
                 table += tables.fresh(1)
     rows, width = buffers.block_tables.table.shape
     assert rows > 4 and width > 2
+    assert 20 < decode_steps < 100  # both paths taken, often
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -259,3 +272,28 @@ def test_on_cuda_one_copy_carries_the_step_and_it_holds_what_the_cpu_builds(num_
         assert device.ops == ["copy_"]
         assert packed_inputs(inputs) == packed_inputs(InputBuffers(BLOCK, torch.device("cpu")).prepare(batch))
         assert inputs.input_ids.is_cuda and inputs.attn.slot_mapping.dtype == torch.int64
+
+
+@cuda
+def test_on_cuda_steady_decodes_find_current_tables_in_either_pinned_buffer():
+    """Two pinned buffers take turns, and each rewrites its block tables only when they changed since
+    it last held them: as tables grow, one by one or all at once, every step holds what the CPU builds."""
+    rng = random.Random(0)
+    buffers = InputBuffers(BLOCK, torch.device("cuda"))
+    # staggered lengths: some steps grow one table, some none, some two
+    seqs = [
+        ScheduledSeq(
+            i, [5] * (9 + i), 8 + i, 1, [100 * i + b for b in range(3 + i // 4)], SamplingParams(), True, 1
+        )
+        for i in range(6)
+    ]
+    for _ in range(40):
+        for s in seqs:
+            s.token_ids.append(rng.randrange(3, 500))
+            s.num_computed += 1
+            if s.num_computed >= len(s.block_table) * BLOCK:
+                s.block_table.append(rng.randrange(30, 900))
+        batch = ScheduledBatch(seqs)
+        inputs = buffers.prepare(batch)
+        assert inputs.attn.decode_only
+        assert packed_inputs(inputs) == expected_inputs(batch)
