@@ -59,7 +59,8 @@ class BlockTables:
             self._widen(longest)
         if lengths != filled:
             self.version = next(_versions)
-            rows = rows or rows_np.tolist()
+            if rows is None:
+                rows = rows_np.tolist()
             for i, (length, start) in enumerate(zip(lengths, filled, strict=True)):
                 if length != start:
                     self.table[rows[i], start:length] = tables[i][start:]

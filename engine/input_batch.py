@@ -94,8 +94,8 @@ class InputBuffers:
         num_tokens, num_feed = len(input_ids), len(batch.feed_rows)
         layout = StepLayout(n, num_tokens, num_steps, longest, len(sample_rows), num_feed, decode_only)
         host, views, _ = self._fill_views(layout)
-        ids_h, positions_h, seq_lens_h, query_start_h, sample_rows_h, tables_h, slots_h, rows_h, cols_h, _ = (
-            host
+        ids_h, positions_h, seq_lens_h, query_start_h, sample_rows_h, tables_h, slots_h, rows_h, cols_h = (
+            host[:9]
         )
         ids_h[:] = input_ids
         positions_h[:] = positions
@@ -108,7 +108,9 @@ class InputBuffers:
             rows_h[:], cols_h[:] = batch.feed_rows, batch.feed_cols
         return self._finish(layout, views, batch, (query_start, seq_lens) if num_steps == 1 else None)
 
-    def _finish(self, layout: StepLayout, views: tuple, batch: ScheduledBatch, host_lens=None) -> ModelInput:
+    def _finish(
+        self, layout: StepLayout, views: tuple, batch: ScheduledBatch, host_lens: tuple | None = None
+    ) -> ModelInput:
         """The filled host buffer sent; the model inputs, as views of where it goes (with host_lens,
         the row offsets and lengths of a single step, as ModelInput.host_lens)."""
         self._send()
@@ -133,15 +135,16 @@ class InputBuffers:
         n, num_feed = len(seqs), len(batch.feed_rows)
         layout = StepLayout(n, n, 1, longest, n, num_feed, True)
         host, views, fresh = self._fill_views(layout)
+        _, _, _, query_start_h, sample_rows_h, tables_h, slots_h, rows_h, cols_h, decode_rows_h = host
         ids = [s.token_ids[c] for s, c in zip(seqs, num_computed, strict=True)]
-        host[9][:] = (ids, num_computed, [c + 1 for c in num_computed])  # [3, n]: ids, positions, lengths
-        host[6][:] = [s.block_table[c // bs] * bs + c % bs for s, c in zip(seqs, num_computed, strict=True)]
+        decode_rows_h[:] = (ids, num_computed, [c + 1 for c in num_computed])  # ids, positions, lengths
+        slots_h[:] = [s.block_table[c // bs] * bs + c % bs for s, c in zip(seqs, num_computed, strict=True)]
         if fresh:  # a decode layout's row offsets and sampled rows never change while the views hold
-            host[3][:] = self._arange(n + 1)
-            host[4][:] = host[3][:-1]
-        self._write_tables(host[5], rows, longest)
+            query_start_h[:] = self._arange(n + 1)
+            sample_rows_h[:] = query_start_h[:-1]
+        self._write_tables(tables_h, rows, longest)
         if num_feed:
-            host[7][:], host[8][:] = batch.feed_rows, batch.feed_cols
+            rows_h[:], cols_h[:] = batch.feed_rows, batch.feed_cols
         return self._finish(layout, views, batch)
 
     def _write_tables(self, tables_h: np.ndarray, rows: np.ndarray, width: int) -> None:
