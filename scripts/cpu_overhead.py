@@ -18,7 +18,10 @@ default): each per-sequence loop then reads longer token lists and wider block t
 With --evict-mb every step starts after a write through a buffer that large, as a GPU host's step
 starts after a forward's wait that left its caches to other work: a CPU-only run then reads the cold-
 cache cost the H200 host pays (its null executor steps take 2x as long after a 9 ms wait).
-    python scripts/cpu_overhead.py --evict-mb 64 --out results/cpu/cpu_overhead_evict64.json"""
+    python scripts/cpu_overhead.py --evict-mb 64 --out results/cpu/cpu_overhead_evict64.json
+With --distinct each sequence has a prompt of its own and sampling parameters of its own, as a
+benchmark's requests do, instead of sharing one of each (and, through the prefix cache, the prompt's
+blocks)."""
 
 import argparse
 import json
@@ -70,13 +73,15 @@ def steady_decode_engine(
     warm_steps: int = 5,
     dependent_launch: bool = True,
     prompt_len: int = 128,
+    distinct: bool = False,
 ) -> LLMEngine:
     """An engine with NUM_SEQS sequences decoding (Llama-3-8B shapes, every overlap off): the null
     executor (forwards of forward_ms on its simulated device), or with gpu the model runner on CUDA,
     random bfloat16 weights, graphs on (their kernels with dependent launch unless told otherwise).
-    Every sequence starts from the same prompt of prompt_len tokens. Warmed until every sequence
-    decodes, then by warm_steps steps more, their records drained, the garbage collector set as the
-    benchmark runner and the engine core set it."""
+    Every sequence starts from the same prompt of prompt_len tokens, with the same sampling
+    parameters object; with distinct, from a prompt of its own, with its own object. Warmed until
+    every sequence decodes, then by warm_steps steps more, their records drained, the garbage
+    collector set as the benchmark runner and the engine core set it."""
     if gpu:
         model = ModelConfig(preset="llama3-8b", device="cuda", dtype="bfloat16")
     else:
@@ -91,10 +96,14 @@ def steady_decode_engine(
             dependent_launch=dependent_launch,
         )
     )
-    prompt = list(range(1, prompt_len + 1))
-    params = SamplingParams(max_tokens=min(3000, MAX_MODEL_LEN - prompt_len), ignore_eos=True)
+    max_tokens = min(3000, MAX_MODEL_LEN - prompt_len)
+    shared = (list(range(1, prompt_len + 1)), SamplingParams(max_tokens=max_tokens, ignore_eos=True))
     for i in range(NUM_SEQS):
-        engine.add_request(str(i), prompt, params)
+        if distinct:  # no two prompts share a first token, so no prefix block is shared
+            prompt = [(i * prompt_len + j) % 120_000 + 1 for j in range(prompt_len)]
+            engine.add_request(str(i), prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+        else:
+            engine.add_request(str(i), *shared)
     scheduler = engine.scheduler
     while scheduler.waiting or any(seq.num_computed < prompt_len for seq in scheduler.running):
         engine.step()
@@ -105,10 +114,11 @@ def steady_decode_engine(
     return engine
 
 
-def null_host_ms(prompt_len: int, forward_ms: float = 0.0) -> float:
+def null_host_ms(prompt_len: int, forward_ms: float = 0.0, distinct: bool = False) -> float:
     """The null executor's median single-step host time, as its row measures it (a few seconds), with
     its forwards taking forward_ms on the simulated device."""
-    return measure(1, False, prompt_len, forwards=200, forward_ms=forward_ms)["host_ms_per_step"]
+    row = measure(1, False, prompt_len, forwards=200, forward_ms=forward_ms, distinct=distinct)
+    return row["host_ms_per_step"]
 
 
 def measure(
@@ -118,10 +128,13 @@ def measure(
     forwards: int = FORWARDS,
     forward_ms: float = 0.0,
     evict_mb: int = 0,
+    distinct: bool = False,
 ) -> dict:
     reference_before = host_reference_us()
-    null_before = null_host_ms(prompt_len) if gpu else None
-    engine = steady_decode_engine(gpu, num_scheduler_steps, forward_ms, prompt_len=prompt_len)
+    null_before = null_host_ms(prompt_len, distinct=distinct) if gpu else None
+    engine = steady_decode_engine(
+        gpu, num_scheduler_steps, forward_ms, prompt_len=prompt_len, distinct=distinct
+    )
     evicting = np.zeros(evict_mb << 17)  # float64: evict_mb MiB
     for _ in range(forwards):  # a streamed window takes one step() call per forward
         evicting += 1.0  # read and written: every line of it passes through the caches
@@ -146,9 +159,10 @@ def measure(
     engine.shutdown()
     row["host_reference_us"] = [reference_before, host_reference_us()]
     if gpu:
-        row["null_host_ms"] = [null_before, null_host_ms(prompt_len)]
+        row["null_host_ms"] = [null_before, null_host_ms(prompt_len, distinct=distinct)]
         # the same null step after a wait as long as this row's GPU step: the host's cost of waiting
-        row["null_host_ms_after_gpu_wait"] = null_host_ms(prompt_len, row["gpu_ms"] / num_scheduler_steps)
+        wait_ms = row["gpu_ms"] / num_scheduler_steps
+        row["null_host_ms_after_gpu_wait"] = null_host_ms(prompt_len, wait_ms, distinct)
     return row
 
 
@@ -166,6 +180,9 @@ def main() -> None:
     parser.add_argument(
         "--evict-mb", type=int, default=0, help="null executor: write through this many MiB before each step"
     )
+    parser.add_argument(
+        "--distinct", action="store_true", help="each sequence its own prompt and its own sampling parameters"
+    )
     args = parser.parse_args()
     if not 1 <= args.prompt_len <= MAX_MODEL_LEN - FORWARDS - 20:
         parser.error(f"--prompt-len must be 1 to {MAX_MODEL_LEN - FORWARDS - 20}, leaving room for the steps")
@@ -176,7 +193,7 @@ def main() -> None:
     if not 0 <= args.evict_mb <= 4096:
         parser.error("--evict-mb must be 0 to 4096")
     rows = [
-        measure(k, args.gpu, args.prompt_len, forward_ms=args.forward_ms, evict_mb=args.evict_mb)
+        measure(k, args.gpu, args.prompt_len, FORWARDS, args.forward_ms, args.evict_mb, args.distinct)
         for k in (1, 8)
     ]
     for row in rows:
@@ -203,6 +220,7 @@ def main() -> None:
             "device": torch.cuda.get_device_name() if args.gpu else "null executor",
             "null_forward_ms": args.forward_ms,
             "prompt_len": args.prompt_len,
+            "distinct": args.distinct,
             "num_seqs": NUM_SEQS,
             "rows": rows,
         }
