@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections.abc import Callable
 
 from engine.admission import input_problem, rejection
 from engine.block_manager import BlockManager
@@ -89,16 +90,9 @@ class LLMEngine:
 
     def _finish_early(self, request_id: str, reason: FinishReason, message: str, num_prompt: int) -> None:
         logger.debug("request %r finishes %s: %s", request_id, reason.value, message)
-        self._pending.append(
-            RequestOutput(
-                request_id,
-                [],
-                finished=True,
-                finish_reason=reason,
-                error=message,
-                num_prompt_tokens=num_prompt,
-            )
-        )
+        output = RequestOutput(request_id, [], finished=True, finish_reason=reason, error=message)
+        output.num_prompt_tokens = num_prompt
+        self._pending.append(output)
 
     def abort(self, request_id: str) -> None:
         seq = self._requests.pop(request_id, None)
@@ -123,10 +117,14 @@ class LLMEngine:
 
     # the loop
 
-    def step(self) -> list[RequestOutput]:
+    def step(self, while_waiting: Callable[[], object] | None = None) -> list[RequestOutput]:
+        """while_waiting, the caller's own work, runs once the step's work is on the device and before
+        its tokens are awaited: a benchmark client's bookkeeping is then no idle time of the device."""
         lag = self.config.async_output or self.config.async_scheduling
         in_flight = self._in_flight
         if in_flight is not None and in_flight.streamed and in_flight.num_unread > lag:
+            if while_waiting is not None:
+                while_waiting()  # the window's later forwards are on the device
             return self._hand_over(in_flight)
         if self.step_hook is not None:
             self.step_hook.before_step()
@@ -141,6 +139,8 @@ class LLMEngine:
         schedule_ms = clock.lap_ms("prepare") - wait_ms
         launched = self._launch(scheduled)
         prepare_ms = clock.lap_ms("sample")
+        if while_waiting is not None:
+            while_waiting()
         done = launched
         if lag:
             # the step just launched runs on the device while the one before is read back and processed
@@ -252,10 +252,9 @@ class LLMEngine:
         return outputs
 
     def drain_step_records(self) -> list[StepRecord]:
-        """Step records so far, in step order, GPU times filled in. A record whose GPU events have not
-        fired stays, with every later one, for a later drain: draining never waits on a busy device.
-        An engine with no request left has nothing to overlap, so it waits for the last steps there
-        (the end of a run or a phase)."""
+        """Step records so far, in step order, GPU times filled in. One whose GPU events have not fired
+        stays, with every later one, for a later drain: draining never waits on a busy device, except
+        in an engine with no request left (the end of a run or a phase), which has nothing to overlap."""
         records = self._step_records
         if self._gpu_timer is not None:
             self._gpu_timer.resolve(wait=not self.has_unfinished())

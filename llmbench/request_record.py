@@ -92,3 +92,35 @@ def record_output(record: RequestRecord, output: RequestOutput, arrival: float, 
                 for key, value in output.server_timestamps.items()
                 if value is not None
             }
+
+
+class DeferredOutputs:
+    """The outputs of a poll that can be recorded during the next one: those of requests that go on.
+    Recording a poll's outputs is the client's work, a few hundred us a step for hundreds of streams;
+    an in-process engine runs it (as poll's while_waiting) while its next step is on the device, so
+    that a synchronous engine's device does not idle for the client. Every output of a request that
+    finished in the poll is recorded at once: the request leaves `live` then, and its row is written."""
+
+    def __init__(self, live: dict[str, RequestRecord], run_start: float, stamped: bool, save_tokens: bool):
+        self.live, self.run_start, self.stamped, self.save_tokens = live, run_start, stamped, save_tokens
+        self._kept: tuple[list[RequestOutput], float] | None = None
+
+    def add(self, outputs: list[RequestOutput], arrival: float) -> list[RequestRecord]:
+        """A poll's outputs, which reached the client at `arrival`: those of the requests they finish
+        recorded now, their rows returned (they left `live`); the others kept for record()."""
+        self.record()  # the last poll's, if its backend did not run them while waiting
+        finishing = {output.request_id for output in outputs if output.finished}
+        if finishing:
+            now = [output for output in outputs if output.request_id in finishing]
+            outputs = [output for output in outputs if output.request_id not in finishing]
+        else:
+            now = []
+        self._kept = (outputs, arrival) if outputs else None
+        return record_outputs(self.live, now, arrival, self.run_start, self.stamped, self.save_tokens)
+
+    def record(self) -> None:
+        """The kept outputs into their requests' rows (none of them finishes a request)."""
+        if self._kept is not None:
+            outputs, arrival = self._kept
+            self._kept = None
+            record_outputs(self.live, outputs, arrival, self.run_start, self.stamped, self.save_tokens)

@@ -1,8 +1,9 @@
 """Drive a backend with a workload on the wall clock and record what the client sees.
 
 Requests are submitted at their arrival times (within max_concurrency), the backend is polled, and
-every output's arrival is stamped with perf_counter when poll() hands it over. Rows go to disk as
-they finish, so Ctrl-C or a crash still leaves a run directory, with summary.json marked incomplete."""
+every output's arrival is stamped with perf_counter when poll() hands it over (its row takes it during
+the next poll, unless it finishes its request). Rows go to disk as they finish, so Ctrl-C or a crash
+still leaves a run directory, with summary.json marked incomplete."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,7 +26,7 @@ from llmbench.console import RunProgress
 from llmbench.env import collect_environment
 from llmbench.metrics import compute_metrics
 from llmbench.profiling.window import ProfileWindow, window_from_env
-from llmbench.request_record import new_record, record_outputs, sampling_params
+from llmbench.request_record import DeferredOutputs, new_record, sampling_params
 from llmbench.results import RequestRecord, ResultWriter, build_summary
 from llmbench.roofline import bound_summary
 from llmbench.step_stats import summarize_steps
@@ -176,6 +177,7 @@ def _run_phase(
     failed = aborted = 0
     pending = deque(requests)
     live: dict[str, RequestRecord] = {}  # by backend request id
+    deferred = DeferredOutputs(live, state.run_start, state.backend.stamps_outputs, save_tokens)
     state.not_started = 0
     if state.progress:
         state.progress.phase(label, len(requests))
@@ -199,17 +201,14 @@ def _run_phase(
                 time.sleep(max(0.0, phase_start + pending[0].arrival_time - time.perf_counter()))
                 continue
             was_full = limit is not None and len(live) >= limit
-            outputs = _poll(state)
+            outputs = _poll(state, deferred.record)
             arrival = time.perf_counter()
-            # an HTTP client stamps each chunk as it reads it, the hf backend each decode step: that,
-            # not this poll, is its arrival
-            stamped = state.backend.stamps_outputs
-            finished = record_outputs(live, outputs, arrival, state.run_start, stamped, save_tokens)
+            finished = deferred.add(outputs, arrival)
             if finished:
                 _finish(state, finished)
                 failed += sum(not record.succeeded for record in finished)
             if timeout is not None:
-                overdue = _abort_overdue(state, live, arrival - state.run_start - timeout, timeout)
+                overdue = _abort_overdue(state, deferred, arrival - state.run_start - timeout, timeout)
                 failed += overdue
                 aborted += overdue
             if max_error_rate is not None and failed > max_error_rate * len(requests):
@@ -228,6 +227,7 @@ def _run_phase(
     except BaseException:
         # keep what the unfinished requests got so far (their finish_reason stays None); one that got
         # no token yet, like one never submitted, did not start: it is counted, not recorded
+        deferred.record()
         started = [record for record in live.values() if record.output_len]
         state.not_started = len(pending) + len(live) - len(started)
         _finish(state, started)
@@ -244,9 +244,12 @@ def _submit(
     return record
 
 
-def _abort_overdue(state: _RunState, live: dict[str, RequestRecord], cutoff: float, timeout: float) -> int:
+def _abort_overdue(state: _RunState, deferred: DeferredOutputs, cutoff: float, timeout: float) -> int:
     """Abort and record as failed every live request submitted before `cutoff` (run-relative)."""
+    live = deferred.live
     overdue = [backend_id for backend_id, record in live.items() if record.submit_time < cutoff]
+    if overdue:
+        deferred.record()  # their tokens so far, before their rows are written
     records = []
     for backend_id in overdue:
         state.backend.abort(backend_id)
@@ -258,11 +261,11 @@ def _abort_overdue(state: _RunState, live: dict[str, RequestRecord], cutoff: flo
     return len(overdue)
 
 
-def _poll(state: _RunState) -> list[RequestOutput]:
+def _poll(state: _RunState, while_waiting: Callable[[], object] | None = None) -> list[RequestOutput]:
     """One engine step (in-process), counted by the profile window like every other step."""
     if state.window is not None:
         state.window.before_step()
-    return state.backend.poll()
+    return state.backend.poll(while_waiting)
 
 
 def _drain(state: _RunState) -> None:

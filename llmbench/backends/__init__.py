@@ -5,6 +5,7 @@ background and hand over whatever arrived since the last poll."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -53,7 +54,9 @@ class Backend(Protocol):
 
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None: ...
 
-    def poll(self) -> list[RequestOutput]: ...
+    # outputs since the last poll; while_waiting, the runner's bookkeeping of the last poll's outputs,
+    # runs once while this one waits (in an in-process engine's step, once its work is on the device)
+    def poll(self, while_waiting: Callable[[], object] | None = None) -> list[RequestOutput]: ...
 
     def abort(self, request_id: str) -> None: ...  # the runner has given up on it (timeout)
 

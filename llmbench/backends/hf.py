@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 
 import torch
 
@@ -80,11 +81,13 @@ class HFBackend:
         with self._work:
             self._queued.append((request_id, list(prompt_token_ids), params))
 
-    def poll(self) -> list[RequestOutput]:
+    def poll(self, while_waiting: Callable[[], object] | None = None) -> list[RequestOutput]:
         # an idle worker starts here, not on each submit, so requests submitted together batch together
         with self._work:
             if self._queued:
                 self._work.notify()
+        if while_waiting is not None:  # the worker thread generates meanwhile
+            while_waiting()
         outputs = []
         try:
             outputs.append(self._outputs.get(timeout=POLL_WAIT_S))

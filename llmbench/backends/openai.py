@@ -17,6 +17,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from engine.loader import model_shape, resolve_max_model_len
 from engine.request import FinishReason, RequestOutput, SamplingParams
@@ -78,7 +79,9 @@ class OpenAIBackend:
         body = self._body(prompt_token_ids, params)
         self._loop.call_soon_threadsafe(self._start_stream, request_id, body)
 
-    def poll(self) -> list[RequestOutput]:
+    def poll(self, while_waiting: Callable[[], object] | None = None) -> list[RequestOutput]:
+        if while_waiting is not None:  # the streams run on their own thread meanwhile
+            while_waiting()
         try:
             arrived = [self._outputs.get(timeout=POLL_WAIT_S)]
         except queue.Empty:

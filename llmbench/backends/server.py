@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -71,10 +72,10 @@ class ServerBackend:
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
         self._client.submit(request_id, prompt_token_ids, params)
 
-    def poll(self) -> list[RequestOutput]:
+    def poll(self, while_waiting: Callable[[], object] | None = None) -> list[RequestOutput]:
         if self._process.poll() is not None and self._client.has_unfinished():
             raise RuntimeError(f"llmbench serve exited with code {self._process.returncode}: {self._tail()}")
-        return self._client.poll()
+        return self._client.poll(while_waiting)
 
     def abort(self, request_id: str) -> None:
         self._client.abort(request_id)

@@ -2,6 +2,8 @@
 code, so its CPU figures include that host work: a step it runs without it would make them read low.
 With model.null_forward_ms its forwards take that long on a simulated device, queued in order."""
 
+import time
+
 import pytest
 
 from engine.config import EngineConfig, ModelConfig
@@ -135,3 +137,17 @@ def test_the_step_timer_reads_the_simulated_device():
     assert all(3.0 * s.num_steps <= s.gpu_ms < 3.0 * s.num_steps + 1.0 for s in steps)
     assert any(s.num_steps == 2 for s in steps)
     assert all(b.gpu_start >= a.gpu_end for a, b in zip(steps, steps[1:], strict=False))
+
+
+@pytest.mark.parametrize("toggles", [{}, {"num_scheduler_steps": 4}], ids=["sync", "streamed window"])
+def test_the_callers_work_runs_while_the_step_is_on_the_device(toggles):
+    """step(while_waiting): a benchmark client's bookkeeping runs once a step's forwards are launched
+    and before their tokens are awaited, inside the device's span, never in its idle time."""
+    engine = null_engine(10.0, **toggles)
+    engine.add_request("r", list(range(3, 13)), SamplingParams(max_tokens=6, ignore_eos=True))
+    called = []
+    while engine.has_unfinished():
+        engine.step(lambda: called.append(time.perf_counter()))
+    spans = [(s.gpu_start, s.gpu_end) for s in engine.drain_step_records()]
+    # one call a step() call (a streamed window's hand-overs too), each inside a device span
+    assert len(called) >= len(spans) and all(any(a < t < b for a, b in spans) for t in called)

@@ -37,9 +37,9 @@ class SlowBackend(BundledBackend):
     def __init__(self, step_s: float):
         self.step_s = step_s
 
-    def poll(self):
+    def poll(self, while_waiting=None):
         time.sleep(self.step_s)
-        return super().poll()
+        return super().poll(while_waiting)
 
 
 class GhostBackend(BundledBackend):

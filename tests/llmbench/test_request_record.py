@@ -1,7 +1,7 @@
 """The runner's per-poll bookkeeping: one output's tokens stamped on arrival, finished rows handed back."""
 
 from engine.request import FinishReason, RequestOutput
-from llmbench.request_record import record_outputs
+from llmbench.request_record import DeferredOutputs, record_outputs
 from llmbench.results import RequestRecord
 
 
@@ -30,6 +30,56 @@ def test_tokens_get_the_poll_time_and_finished_requests_leave_live():
     b = done[0]
     assert (b.token_times, b.output_len, b.output_token_ids) == ([0.5, 0.5, 1.0], 3, [8, 9, 5])
     assert (b.finish_reason, b.finish_time) == ("length", 1.0)
+
+
+def test_deferred_outputs_are_recorded_as_at_once_and_a_finishing_request_s_at_once():
+    """Outputs of requests that go on wait for record() (the next poll's wait), keeping their poll's
+    arrival; every output of a request that finishes in a poll is recorded right away, in order, after
+    the kept ones; the rows end as recording each poll at once leaves them."""
+    polls = [
+        ([output("a", [7]), output("b", [8])], 10.5),
+        ([output("a", [6]), output("b", [5]), output("b", [4], finished=True)], 11.0),
+        ([output("a", [3], finished=True)], 11.5),
+    ]
+
+    def rows(deferring: bool) -> dict:
+        live = {
+            k: RequestRecord(id=k, trial=0, warmup=False, prompt_len=4, output_token_ids=[]) for k in "ab"
+        }
+        deferred = DeferredOutputs(live, 10.0, stamped=False, save_tokens=True)
+        done = {}
+        for outputs, arrival in polls:
+            if deferring:
+                finished = deferred.add(outputs, arrival)
+            else:
+                finished = record_outputs(live, outputs, arrival, 10.0, False, True)
+            done.update(
+                (r.id, (r.token_times, r.output_len, r.output_token_ids, r.finish_time)) for r in finished
+            )
+            if deferring:
+                deferred.record()  # as the next poll's backend does while it waits
+        return done
+
+    assert (
+        rows(deferring=True)
+        == rows(deferring=False)
+        == {
+            "b": ([0.5, 1.0, 1.0], 3, [8, 5, 4], 1.0),
+            "a": ([0.5, 1.0, 1.5], 3, [7, 6, 3], 1.5),
+        }
+    )
+
+
+def test_kept_outputs_wait_for_the_next_poll():
+    live = {"a": RequestRecord(id="a", trial=0, warmup=False, prompt_len=4)}
+    deferred = DeferredOutputs(live, 10.0, stamped=False, save_tokens=False)
+    assert deferred.add([output("a", [7])], 10.5) == []
+    assert live["a"].output_len == 0  # not yet: the client's bookkeeping waits
+    deferred.record()
+    assert (live["a"].first_token_time, live["a"].token_times) == (0.5, [0.5])
+    deferred.add([output("a", [8])], 11.0)
+    deferred.add([output("a", [9])], 11.5)  # a backend that ran nothing while waiting: recorded first
+    assert live["a"].token_times == [0.5, 1.0]
 
 
 def test_a_backend_that_stamps_outputs_is_timed_by_their_emit_times():

@@ -32,10 +32,10 @@ class HookedBackend(BundledBackend):
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         super().submit(request_id, prompt_token_ids, params)
 
-    def poll(self):
+    def poll(self, while_waiting=None):
         if self.after is not None and self.finished >= self.after:
             raise self.exc()
-        outputs = super().poll()
+        outputs = super().poll(while_waiting)
         done = [o for o in outputs if o.finished]
         self.in_flight -= len(done)
         self.finished += sum(1 for o in done if "warmup" not in o.request_id)
@@ -224,10 +224,10 @@ def test_the_timed_trials_run_with_the_engine_core_s_garbage_collector(tmp_path)
     seen = {}
 
     class Watching(HookedBackend):
-        def poll(self):
+        def poll(self, while_waiting=None):
             seen.setdefault("young", gc.get_threshold()[0])
             seen.setdefault("frozen", gc.get_freeze_count())
-            return super().poll()
+            return super().poll(while_waiting)
 
     config, backend = start(Watching(), **{"workload.warmup_requests": 0})
     try:
