@@ -90,9 +90,8 @@ class LLMEngine:
 
     def _finish_early(self, request_id: str, reason: FinishReason, message: str, num_prompt: int) -> None:
         logger.debug("request %r finishes %s: %s", request_id, reason.value, message)
-        output = RequestOutput(request_id, [], finished=True, finish_reason=reason, error=message)
-        output.num_prompt_tokens = num_prompt
-        self._pending.append(output)
+        output = RequestOutput(request_id, [], True, reason, error=message, num_prompt_tokens=num_prompt)
+        self._pending.append(output)  # finished, with its reason
 
     def abort(self, request_id: str) -> None:
         seq = self._requests.pop(request_id, None)
