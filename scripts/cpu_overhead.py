@@ -135,9 +135,11 @@ def measure(
     engine = steady_decode_engine(
         gpu, num_scheduler_steps, forward_ms, prompt_len=prompt_len, distinct=distinct
     )
-    evicting = np.zeros(evict_mb << 17)  # float64: evict_mb MiB
+    # float64, evict_mb MiB; none at all without --evict-mb, so that no numpy call runs between steps
+    evicting = np.zeros(evict_mb << 17) if evict_mb else None
     for _ in range(forwards):  # a streamed window takes one step() call per forward
-        evicting += 1.0  # read and written: every line of it passes through the caches
+        if evicting is not None:
+            evicting += 1.0  # read and written: every line of it passes through the caches
         engine.step()
     records = [r for r in drain(engine, gpu) if r.num_decode_seqs == NUM_SEQS]
 
