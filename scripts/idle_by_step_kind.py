@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import json
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pandas
@@ -29,23 +30,21 @@ def step_kind(row: dict, largest_batch: int) -> str:
 def idle_by_kind(run_dir: Path) -> dict:
     steps = pandas.read_csv(run_dir / "steps.csv")
     largest = int(steps.num_decode_seqs.max())
-    kinds: dict[str, dict] = {}
+    kinds: dict[str, dict] = defaultdict(lambda: {"steps": 0, "idle_ms": 0.0, "by_phase": {}})
     for _, trial in steps.groupby("trial"):
         rows = sorted(trial.to_dict("records"), key=lambda r: r["gpu_start"])
         starts = [r["gpu_start"] for r in rows]
         for row in rows:
-            kinds.setdefault(step_kind(row, largest), {"steps": 0, "idle_ms": 0.0, "by_phase": {}})[
-                "steps"
-            ] += 1
+            kinds[step_kind(row, largest)]["steps"] += 1
         for gap in idle_gaps(rows):
             # the step whose device work begins where the gap ends (none after the last: "after last")
             i = bisect.bisect_left(starts, gap["end"] - 1e-9)
             kind = step_kind(rows[i], largest) if i < len(rows) else "after last"
-            entry = kinds.setdefault(kind, {"steps": 0, "idle_ms": 0.0, "by_phase": {}})
+            entry = kinds[kind]
             entry["idle_ms"] += gap["ms"]
             for phase, ms in gap["by_phase"].items():
                 entry["by_phase"][phase] = entry["by_phase"].get(phase, 0.0) + ms
-    return kinds
+    return dict(kinds)
 
 
 def main(out: Path, run_dirs: list[Path]) -> None:
