@@ -95,9 +95,9 @@ class _CoreLoop:
                 sent = time.perf_counter()
                 if outputs:
                     self.push.send(msg.encoder.encode(msg.Outputs(outputs)), copy=False)
-                if engine.last_step_record is not None:  # host time receiving and sending around it
+                if engine.step_log.last is not None:  # host time receiving and sending around it
                     # added: a streamed window's hand-overs between two steps count on the step before
-                    engine.last_step_record.ipc_ms += received_ms + (time.perf_counter() - sent) * 1e3
+                    engine.step_log.last.ipc_ms += received_ms + (time.perf_counter() - sent) * 1e3
         finally:
             engine.shutdown()
 

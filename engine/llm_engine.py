@@ -23,6 +23,7 @@ from engine.parallel.launch import start_runner
 from engine.request import FinishReason, RequestOutput, SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
+from engine.step_log import StepLog
 from engine.timing import PhaseClock, StepRecord, step_timer
 
 logger = logging.getLogger(__name__)
@@ -53,14 +54,9 @@ class LLMEngine:
         self._seq_ids = itertools.count()
         self._generate_ids = itertools.count()
         self._step_count = 0
-        self._step_records: list[StepRecord] = []
-        self.last_step_record: StepRecord | None = None  # a split core adds its IPC time to it
+        self.step_log = StepLog(step_timer(self.executor) if config.step_timing else None)
         self._nvtx = nvtx_ranges()  # None unless a profiler is attached
-        self._gpu_timer = step_timer(self.executor) if config.step_timing else None
         self._in_flight: InFlightStep | None = None  # launched, not yet (wholly) processed
-        # streamed hand-overs since the last step: when the first began, and their wait and output ms
-        self._carried_start: float | None = None
-        self._carried_ms = [0.0, 0.0]
 
     # requests in
 
@@ -138,6 +134,7 @@ class LLMEngine:
         schedule_ms = clock.lap_ms("prepare") - wait_ms
         launched = self._launch(scheduled)
         prepare_ms = clock.lap_ms("sample")
+        self.step_log.measure_batch()  # the step before's, as its entries still are
         if while_waiting is not None:
             while_waiting()
         done = launched
@@ -161,16 +158,13 @@ class LLMEngine:
         nothing is scheduled. Its wait and output time go to the next step's record, which starts
         with the first such hand-over."""
         start = time.perf_counter()
-        if self._carried_start is None:
-            self._carried_start = start
         first_forward = in_flight.num_read
         sampled = in_flight.read(1)
         read = time.perf_counter()
         if not in_flight.num_unread:
             self._in_flight = None
         outputs = self._process(in_flight, sampled, first_forward)
-        self._carried_ms[0] += (read - start) * 1e3
-        self._carried_ms[1] += (time.perf_counter() - read) * 1e3
+        self.step_log.carry(start, (read - start) * 1e3, (time.perf_counter() - read) * 1e3)
         return outputs
 
     def _record(
@@ -183,19 +177,13 @@ class LLMEngine:
         sample_ms: float,
         output_ms: float,
     ) -> None:
-        batch = scheduled.batch
-        num_decode_seqs, num_tokens = batch.num_decode_seqs, scheduled.num_tokens
-        num_prefill_tokens = num_tokens - num_decode_seqs  # a decode is one token
-        num_context_tokens, pairs = batch.context_and_pairs(num_tokens, num_prefill_tokens)
-        carried_sample_ms, carried_output_ms = self._carried_ms
-        t_start = clock.start if self._carried_start is None else self._carried_start
-        self._carried_start, self._carried_ms = None, [0.0, 0.0]
+        """The step's record; its batch shape is filled in while the next step is on the device."""
         record = StepRecord(
             step=self._step_count,
-            t_start=t_start,
+            t_start=clock.start,
             t_end=clock.last,
-            num_prefill_tokens=num_prefill_tokens,
-            num_decode_seqs=num_decode_seqs,
+            num_prefill_tokens=0,  # the batch shape: measured later
+            num_decode_seqs=0,
             num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting),
             num_blocks_used=self.block_manager.num_used,
@@ -203,16 +191,12 @@ class LLMEngine:
             num_steps=scheduled.batch.num_steps,
             schedule_ms=schedule_ms,
             prepare_ms=prepare_ms,
-            sample_ms=sample_ms + carried_sample_ms,
-            output_ms=output_ms + carried_output_ms,
+            sample_ms=sample_ms,
+            output_ms=output_ms,
             comm_ms=self.executor.take_comm_ms(),
-            num_context_tokens=num_context_tokens,
-            num_attention_pairs=pairs,
         )
-        self._step_records.append(record)
-        self.last_step_record = record
-        if launched is not None and launched.span is not None:
-            self._gpu_timer.track(launched.span, record)
+        span = launched.span if launched is not None else None
+        self.step_log.add(record, scheduled.batch, scheduled.num_tokens, span)
 
     def _launch(self, scheduled: SchedulerOutput) -> InFlightStep | None:
         """Start the batch on the device and move its sequences past it, tokens still unknown."""
@@ -224,13 +208,14 @@ class LLMEngine:
         if batch.feed_rows:
             batch.feed_tokens = self._in_flight.tokens
         streamed = self.config.stream_multi_step and batch.num_steps > 1
-        if self._gpu_timer is None:
+        gpu_timer = self.step_log.gpu_timer
+        if gpu_timer is None:
             launched = InFlightStep(scheduled, self.executor.execute(batch), streamed=streamed)
         else:
-            span = self._gpu_timer.span()
+            span = gpu_timer.span()
             forwards = self.executor.execute(batch, before_launch=span.record_start)
             launched = InFlightStep(scheduled, forwards, span, streamed)
-            self._gpu_timer.stop(span)
+            gpu_timer.stop(span)
         self.scheduler.advance(scheduled)
         return launched
 
@@ -251,19 +236,8 @@ class LLMEngine:
         return outputs
 
     def drain_step_records(self) -> list[StepRecord]:
-        """Step records so far, in step order, GPU times filled in. One whose GPU events have not fired
-        stays, with every later one, for a later drain: draining never waits on a busy device, except
-        in an engine with no request left (the end of a run or a phase), which has nothing to overlap."""
-        records = self._step_records
-        if self._gpu_timer is not None:
-            self._gpu_timer.resolve(wait=not self.has_unfinished())
-            held = self._gpu_timer.oldest_unresolved()
-            if held is not None:
-                cut = held.step - records[0].step  # one record a step, drained from the front
-                self._step_records = records[cut:]
-                return records[:cut]
-        self._step_records = []
-        return records
+        """Step records so far, GPU times filled in (engine/step_log.py StepLog.drain)."""
+        return self.step_log.drain(idle=not self.has_unfinished())
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]

@@ -29,12 +29,12 @@ from llmbench.profiling.window import ProfileWindow, window_from_env
 from llmbench.request_record import DeferredOutputs, new_record, sampling_params
 from llmbench.results import RequestRecord, ResultWriter, build_summary
 from llmbench.roofline import bound_summary
+from llmbench.step_rows import StepRows
 from llmbench.step_stats import summarize_steps
 from llmbench.workload import Workload, WorkloadRequest, build_workload
 
 logger = logging.getLogger(__name__)
 
-STEP_FLUSH_INTERVAL_S = 0.1  # steps.csv in batches: file I/O stays out of most steps, each pause short
 MAX_TRIALS = 1000  # --repeat: each trial's metrics stay in summary.json
 
 
@@ -59,7 +59,7 @@ class _RunState:
     config: RunConfig
     progress: RunProgress | None
     run_start: float
-    step_rows: list[dict[str, Any]] = field(default_factory=list)
+    steps: StepRows
     records: list[RequestRecord] = field(default_factory=list)
     window: ProfileWindow | None = None  # under `llmbench profile`: starts and stops the profiler
     not_started: int = 0  # of the current phase: requests without a token when it was cut short
@@ -93,7 +93,8 @@ def run_benchmark(
         config_dict = config.to_dict()
         writer = ResultWriter(run_dir, config_dict, run_start, config.output.save_tokens, replace)
         window = None if backend.profiles_own_steps else window_from_env()
-        state = _RunState(backend, writer, config, progress, run_start, window=window)
+        steps = StepRows(backend, writer)
+        state = _RunState(backend, writer, config, progress, run_start, steps, window=window)
         trial_metrics: list[dict[str, Any]] = []
         complete = interrupted = False
         stopped = None
@@ -119,8 +120,8 @@ def run_benchmark(
                 config=config_dict,
                 environment=collect_environment(),
                 trials=trial_metrics,
-                steps=summarize_steps(state.step_rows, config_dict)
-                | bound_summary(state.step_rows, config_dict, ceilings, trial_metrics),
+                steps=summarize_steps(state.steps.rows, config_dict)
+                | bound_summary(state.steps.rows, config_dict, ceilings, trial_metrics),
             )
             if stopped:
                 summary["stop_reason"] = stopped
@@ -182,7 +183,12 @@ def _run_phase(
     if state.progress:
         state.progress.phase(label, len(requests))
     phase_start = time.perf_counter()
-    last_flush = phase_start
+
+    def while_waiting() -> None:  # the client's work, while an in-process engine's step is on the device
+        deferred.record()
+        if not warmup:
+            state.steps.flush_if_due(trial)
+
     # when a full concurrency window last opened a slot: a request that waited for it counts from then
     slot_opened = -math.inf
     try:
@@ -201,7 +207,7 @@ def _run_phase(
                 time.sleep(max(0.0, phase_start + pending[0].arrival_time - time.perf_counter()))
                 continue
             was_full = limit is not None and len(live) >= limit
-            outputs = _poll(state, deferred.record)
+            outputs = _poll(state, while_waiting)
             arrival = time.perf_counter()
             finished = deferred.add(outputs, arrival)
             if finished:
@@ -218,9 +224,6 @@ def _run_phase(
                 )
             if was_full and len(live) < limit:
                 slot_opened = arrival
-            if arrival - last_flush > STEP_FLUSH_INTERVAL_S:
-                _flush_steps(state, trial, warmup)
-                last_flush = arrival
         if aborted:
             _drain(state)
         _flush_steps(state, trial, warmup)
@@ -290,10 +293,5 @@ def _finish(state: _RunState, records: list[RequestRecord]) -> None:
 
 
 def _flush_steps(state: _RunState, trial: int, warmup: bool) -> None:
-    if warmup:
-        return
-    steps = state.backend.drain_step_records()
-    state.writer.add_steps(steps, trial)
-    # with its trial, as steps.csv has it: the summary's GPU busy and idle figures take each trial's
-    # span alone, never the time between trials. asdict would deep-copy each record
-    state.step_rows.extend({**vars(s), "trial": trial} for s in steps)
+    if not warmup:
+        state.steps.flush(trial)

@@ -159,7 +159,7 @@ def timed_model_engine(**overrides):
     overrides.setdefault("stream_multi_step", False)
     engine = model_engine(**overrides)
     timer, device = make_timer(ring_size=64)
-    engine._gpu_timer = timer
+    engine.step_log.gpu_timer = timer
     runner = engine.executor
     prepare, compute_logits = runner.inputs.prepare, runner.model.compute_logits
 

@@ -267,3 +267,36 @@ def test_the_summarys_gpu_busy_takes_each_trial_alone(tmp_path, monkeypatch):
     assert steps["gpu_busy_step_spans"] == pytest.approx(gpu_busy_step_spans(rows))
     assert steps["gpu_busy_step_spans"] > 0.5
     assert steps["max_gpu_idle_gap_ms"] < 100
+
+
+def test_step_records_are_drained_while_a_step_is_on_the_device(tmp_path):
+    """steps.csv's batches are the client's work, done in poll's wait: only the drains that end a
+    phase run between steps, and every step is still written once."""
+
+    class Watching(BundledBackend):
+        def __init__(self):
+            self.waiting, self.drained_while_waiting = False, []
+
+        def poll(self, while_waiting=None):
+            def flagged():
+                self.waiting = True
+                try:
+                    while_waiting()
+                finally:
+                    self.waiting = False
+
+            return super().poll(flagged if while_waiting is not None else None)
+
+        def drain_step_records(self):
+            self.drained_while_waiting.append(self.waiting)
+            return super().drain_step_records()
+
+    # simulated 20 ms forwards over ~40 steps a trial: several flush intervals (0.1 s) pass mid-trial
+    overrides = {"model.null_forward_ms": 20, "workload.output.min": 30, "workload.output.max": 40}
+    config, backend = start(Watching(), **overrides)
+    run_benchmark(config, tmp_path, backend=backend)
+    drains = backend.drained_while_waiting
+    assert drains.count(False) == 2  # after the warm-up (discarded) and at the trial's end
+    assert drains.count(True) >= 3
+    steps = [row["step"] for row in load_steps(tmp_path)]
+    assert steps == list(range(steps[0], steps[0] + len(steps)))
