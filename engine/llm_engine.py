@@ -1,5 +1,5 @@
 """The engine's step loop: schedule, launch, read back and process outputs. Requests come in through
-add_request and leave as RequestOutputs from step(); a bad request fails alone, as an output.
+add_request and leave from step(), a StepOutputs a call; a bad request fails alone, as an output.
 With async_output or async_scheduling the step launched is processed one step later, while its
 successor runs; async_output waits for a step's tokens before launching the next, async_scheduling
 does not. A streamed multi-step window is handed over one forward per step() call."""
@@ -20,7 +20,7 @@ from engine.null_executor import NullExecutor
 from engine.nvtx_ranges import nvtx_ranges
 from engine.output_processor import OutputProcessor
 from engine.parallel.launch import start_runner
-from engine.request import FinishReason, RequestOutput, SamplingParams
+from engine.request import FinishReason, RequestOutput, SamplingParams, StepOutputs
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.step_log import StepLog
@@ -112,7 +112,7 @@ class LLMEngine:
 
     # the loop
 
-    def step(self, while_waiting: Callable[[], object] | None = None) -> list[RequestOutput]:
+    def step(self, while_waiting: Callable[[], object] | None = None) -> StepOutputs:
         """while_waiting, the caller's own work, runs once the step's work is on the device and before
         its tokens are awaited: a benchmark client's bookkeeping is then no idle time of the device."""
         lag = self.config.async_output or self.config.async_scheduling
@@ -153,7 +153,7 @@ class LLMEngine:
         self._step_count += 1
         return outputs
 
-    def _hand_over(self, in_flight: InFlightStep) -> list[RequestOutput]:
+    def _hand_over(self, in_flight: InFlightStep) -> StepOutputs:
         """The next forward of a streamed window, processed as soon as its tokens are on the host;
         nothing is scheduled. Its wait and output time go to the next step's record, which starts
         with the first such hand-over."""
@@ -221,9 +221,10 @@ class LLMEngine:
 
     def _process(
         self, done: InFlightStep | None, sampled: list[list[int]], first_forward: int
-    ) -> list[RequestOutput]:
-        outputs: list[RequestOutput] = []
-        if done is not None:
+    ) -> StepOutputs:
+        if done is None:
+            outputs = StepOutputs([], [], [])
+        else:
             outputs, finished = self.output_processor.process(done.scheduled, sampled, first_forward)
             for seq in finished:
                 del self._requests[seq.request_id]
@@ -231,7 +232,7 @@ class LLMEngine:
             now = time.perf_counter()
             for output in self._pending:
                 output.t_emit = now
-            outputs = self._pending + outputs
+            outputs.outputs[:0] = self._pending
             self._pending = []
         return outputs
 

@@ -1,14 +1,14 @@
 """After a step's tokens are read back: fill each sequence's placeholders with its sampled tokens,
 decide whether it stopped, and turn the step into RequestOutputs. A multi-step window gives each
 sequence several tokens, emitted as one chunk, or forward by forward when streamed; tokens after a
-stop are dropped. Finished sequences
-give their blocks back here."""
+stop are dropped. A plain decode (one more token of a request that goes on) is two list entries of
+the step's StepOutputs, not an object. Finished sequences give their blocks back here."""
 
 from __future__ import annotations
 
 import time
 
-from engine.request import FinishReason, RequestOutput, SamplingParams
+from engine.request import FinishReason, RequestOutput, SamplingParams, StepOutputs
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
 
@@ -24,7 +24,7 @@ class OutputProcessor:
 
     def process(
         self, scheduled: SchedulerOutput, sampled: list[list[int]], first_forward: int = 0
-    ) -> tuple[list[RequestOutput], list[Sequence]]:
+    ) -> tuple[StepOutputs, list[Sequence]]:
         """Outputs of one step (or of some of a window's forwards, from first_forward on) and the
         sequences they finished. `sampled` holds one row per forward, one token per sampling
         sequence in batch order."""
@@ -37,10 +37,13 @@ class OutputProcessor:
             it = iter(columns)
             columns = [next(it) if entry.sample else None for entry in entries]
         outputs: list[RequestOutput] = []
+        decode_ids: list[str] = []
+        decode_tokens: list[int] = []
         finished: list[Sequence] = []
         eos = self.eos_token_id
         block_size = self.block_manager.block_size
-        emit = outputs.append  # bound once: this loop runs for every running sequence each step
+        # bound once: this loop runs for every running sequence each step
+        emit, emit_id, emit_token = outputs.append, decode_ids.append, decode_tokens.append
         for seq, entry, column in zip(scheduled.seqs, entries, columns, strict=True):
             # finished meanwhile: aborted, or stopped by the step before (async) and this token is extra
             if seq.status is _FINISHED:
@@ -75,6 +78,10 @@ class OutputProcessor:
                 seq.num_pending -= num_kept
                 if seq.num_computed >= (seq.num_cached_blocks + 1) * block_size:
                     self._cache_blocks(seq)
+                if one_row and num_before:  # a plain decode
+                    emit_id(seq.request_id)
+                    emit_token(column)
+                    continue
             else:
                 del tokens[num_kept:]
                 self._finish(seq, first + num_kept, reason)
@@ -96,7 +103,7 @@ class OutputProcessor:
             )
         if finished:
             self.scheduler.finish(finished)
-        return outputs, finished
+        return StepOutputs(outputs, decode_ids, decode_tokens, now), finished
 
     def _stop(
         self, tokens: list[int], num_before: int, params: SamplingParams

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from engine.request import RequestOutput, SamplingParams
+from collections.abc import Iterable
+
+from engine.request import RequestOutput, SamplingParams, StepOutputs
 from llmbench.backends import ServedOutput
 from llmbench.config import WorkloadConfig
 from llmbench.results import RequestRecord
@@ -99,28 +101,50 @@ class DeferredOutputs:
     Recording a poll's outputs is the client's work, a few hundred us a step for hundreds of streams;
     an in-process engine runs it (as poll's while_waiting) while its next step is on the device, so
     that a synchronous engine's device does not idle for the client. Every output of a request that
-    finished in the poll is recorded at once: the request leaves `live` then, and its row is written."""
+    finished in the poll is recorded at once: the request leaves `live` then, and its row is written.
+    An engine step's plain decodes (StepOutputs) never finish a request, and are recorded from its
+    lists."""
 
     def __init__(self, live: dict[str, RequestRecord], run_start: float, stamped: bool, save_tokens: bool):
         self.live, self.run_start, self.stamped, self.save_tokens = live, run_start, stamped, save_tokens
-        self._kept: tuple[list[RequestOutput], float] | None = None
+        self._kept: tuple[list[RequestOutput], StepOutputs | None, float] | None = None
 
-    def add(self, outputs: list[RequestOutput], arrival: float) -> list[RequestRecord]:
+    def add(self, outputs: Iterable[RequestOutput], arrival: float) -> list[RequestRecord]:
         """A poll's outputs, which reached the client at `arrival`: those of the requests they finish
         recorded now, their rows returned (they left `live`); the others kept for record()."""
         self.record()  # the last poll's, if its backend did not run them while waiting
+        step = outputs if isinstance(outputs, StepOutputs) else None
+        if step is not None:
+            outputs = step.outputs
         finishing = {output.request_id for output in outputs if output.finished}
         if finishing:
             now = [output for output in outputs if output.request_id in finishing]
             outputs = [output for output in outputs if output.request_id not in finishing]
         else:
             now = []
-        self._kept = (outputs, arrival) if outputs else None
+        if outputs or step is not None:
+            self._kept = (outputs, step, arrival)
         return record_outputs(self.live, now, arrival, self.run_start, self.stamped, self.save_tokens)
 
     def record(self) -> None:
         """The kept outputs into their requests' rows (none of them finishes a request)."""
-        if self._kept is not None:
-            outputs, arrival = self._kept
-            self._kept = None
-            record_outputs(self.live, outputs, arrival, self.run_start, self.stamped, self.save_tokens)
+        if self._kept is None:
+            return
+        outputs, step, arrival = self._kept
+        self._kept = None
+        record_outputs(self.live, outputs, arrival, self.run_start, self.stamped, self.save_tokens)
+        if step is not None:
+            self._record_decodes(step, arrival)
+
+    def _record_decodes(self, step: StepOutputs, arrival: float) -> None:
+        """One more token each, for requests whose first token is recorded: a token time a request
+        (one float for them all), and the token itself when tokens are saved."""
+        live, save_tokens = self.live, self.save_tokens
+        seen = (step.t_emit if self.stamped else arrival) - self.run_start
+        for request_id, token in zip(step.decode_request_ids, step.decode_token_ids, strict=True):
+            record = live.get(request_id)
+            if record is not None:
+                record.token_times.append(seen)
+                record.output_len += 1
+                if save_tokens:
+                    record.output_token_ids.append(token)

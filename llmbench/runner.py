@@ -264,7 +264,7 @@ def _abort_overdue(state: _RunState, deferred: DeferredOutputs, cutoff: float, t
     return len(overdue)
 
 
-def _poll(state: _RunState, while_waiting: Callable[[], object] | None = None) -> list[RequestOutput]:
+def _poll(state: _RunState, while_waiting: Callable[[], object] | None = None) -> Iterable[RequestOutput]:
     """One engine step (in-process), counted by the profile window like every other step."""
     if state.window is not None:
         state.window.before_step()

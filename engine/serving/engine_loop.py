@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from engine.check import assert_engine_empty
 from engine.config import EngineConfig
@@ -97,7 +97,7 @@ class EngineLoop:
         self._commands.put(command)
         self._wake.set()
 
-    def _dispatch(self, outputs: list[RequestOutput], handed: float) -> None:
+    def _dispatch(self, outputs: Iterable[RequestOutput], handed: float) -> None:
         for output in outputs:
             route = self._routes.get(output.request_id)
             if route is None:

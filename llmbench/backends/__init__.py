@@ -5,7 +5,7 @@ background and hand over whatever arrived since the last poll."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -54,9 +54,10 @@ class Backend(Protocol):
 
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None: ...
 
-    # outputs since the last poll; while_waiting, the runner's bookkeeping of the last poll's outputs,
-    # runs once while this one waits (in an in-process engine's step, once its work is on the device)
-    def poll(self, while_waiting: Callable[[], object] | None = None) -> list[RequestOutput]: ...
+    # outputs since the last poll (an in-process engine's: its step's StepOutputs); while_waiting, the
+    # runner's bookkeeping, runs once while this one waits (in an in-process engine's step, once its
+    # work is on the device)
+    def poll(self, while_waiting: Callable[[], object] | None = None) -> Iterable[RequestOutput]: ...
 
     def abort(self, request_id: str) -> None: ...  # the runner has given up on it (timeout)
 

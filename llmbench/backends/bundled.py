@@ -3,7 +3,7 @@ core steps in its own process and poll() hands over what it produced meanwhile."
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from engine.check import assert_engine_empty
 from engine.core_client import EngineCoreClient
@@ -33,7 +33,7 @@ class BundledBackend:
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
         self.engine.add_request(request_id, prompt_token_ids, params)
 
-    def poll(self, while_waiting: Callable[[], object] | None = None) -> list[RequestOutput]:
+    def poll(self, while_waiting: Callable[[], object] | None = None) -> Iterable[RequestOutput]:
         if isinstance(self.engine, LLMEngine):
             return self.engine.step(while_waiting)
         if while_waiting is not None:  # split: the core steps in its own process, whatever this one does

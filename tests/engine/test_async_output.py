@@ -65,7 +65,7 @@ def test_outputs_lag_one_step_and_the_next_input_comes_from_the_device(mode):
     batches = []
     execute = engine.executor.execute
     engine.executor.execute = lambda batch: batches.append(batch) or execute(batch)
-    assert engine.step() == []  # the prompt is launched; nothing read back yet
+    assert not engine.step()  # the prompt is launched; nothing read back yet
     (first,) = engine.step()  # the first decode is launched, then the prompt's token is processed
     assert first.new_token_ids == [engine.scheduler.running[0].token_ids[3]]
     assert (batches[1].feed_rows, batches[1].feed_cols) == ([0], [0])
@@ -88,7 +88,7 @@ def test_abort_while_in_flight_reports_only_tokens_read_back(mode):
     for _ in range(4):
         streamed += [o for o in engine.step() if o.request_id == "a"]
     engine.abort("a")
-    outputs = engine.step()
+    outputs = list(engine.step())
     (aborted,) = [o for o in outputs if o.request_id == "a"]
     assert aborted.finish_reason is FinishReason.ABORT
     assert aborted.token_ids == [t for o in streamed for t in o.new_token_ids]

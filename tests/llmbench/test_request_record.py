@@ -1,6 +1,12 @@
 """The runner's per-poll bookkeeping: one output's tokens stamped on arrival, finished rows handed back."""
 
-from engine.request import FinishReason, RequestOutput
+import time
+
+import pytest
+
+from engine.config import EngineConfig, ModelConfig
+from engine.llm_engine import LLMEngine
+from engine.request import FinishReason, RequestOutput, SamplingParams
 from llmbench.request_record import DeferredOutputs, record_outputs
 from llmbench.results import RequestRecord
 
@@ -111,3 +117,38 @@ def test_rows_that_finish_together_are_on_disk_whole_and_read_back(tmp_path):
     writer.add_requests(rows[2:])
     writer.close()
     assert load_requests(tmp_path / "run") == rows  # floats round-trip exactly
+
+
+@pytest.mark.parametrize("stamped", [False, True])
+@pytest.mark.parametrize("save_tokens", [False, True])
+def test_an_engine_step_s_plain_decodes_are_recorded_as_its_outputs(stamped, save_tokens):
+    """A step's StepOutputs, its plain decodes as two lists, leave the rows that recording every one
+    of its outputs as a RequestOutput leaves."""
+    engine = LLMEngine(EngineConfig(model=ModelConfig(preset="tiny", executor="null"), num_gpu_blocks=64))
+    lengths = {"a": 5, "b": 9, "c": 1}
+    for request_id, max_tokens in lengths.items():
+        engine.add_request(request_id, [1, 2, 3], SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+
+    def new_live() -> dict:
+        return {
+            k: RequestRecord(
+                id=k, trial=0, warmup=False, prompt_len=3, output_token_ids=[] if save_tokens else None
+            )
+            for k in lengths
+        }
+
+    live_deferred, live_at_once = new_live(), new_live()
+    deferred = DeferredOutputs(live_deferred, 10.0, stamped, save_tokens)
+    done_deferred, done_at_once = [], []
+    num_plain = 0
+    while engine.has_unfinished():
+        step = engine.step()
+        num_plain += len(step.decode_request_ids)
+        arrival = time.perf_counter()
+        done_deferred += deferred.add(step, arrival)
+        done_at_once += record_outputs(live_at_once, list(step), arrival, 10.0, stamped, save_tokens)
+        deferred.record()
+    assert num_plain == sum(lengths.values()) - 2 * len(lengths) + 1  # all but first and last (c: one)
+    assert not live_deferred and not live_at_once
+    assert sorted(done_deferred, key=str) == sorted(done_at_once, key=str)
+    assert {r.id: r.output_len for r in done_deferred} == lengths
