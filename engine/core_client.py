@@ -20,7 +20,7 @@ import zmq
 
 from engine import core_messages as msg
 from engine.config import EngineConfig
-from engine.request import FinishReason, RequestOutput, SamplingParams
+from engine.request import FinishReason, RequestOutput, SamplingParams, StepOutputs
 from engine.timing import StepRecord
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,10 @@ class EngineCoreClient:
         self._push.bind(inbox)
         self._pull.bind(outbox)
         self._commands: list[msg.Command] = []
+        # outputs not yet taken: the last step's as it came, the rest (errors found here, earlier
+        # steps, their plain decodes built) in _outputs, in order before it
         self._outputs: list[RequestOutput] = []
+        self._last: StepOutputs | None = None
         self._records: list[StepRecord] | None = None  # set by a drain's reply
         self._check_replies: list[str | None] = []  # a check's reply: failure text or None
         self._unfinished: Counter[str] = Counter()  # a duplicate id is live twice until both finish
@@ -88,17 +91,19 @@ class EngineCoreClient:
         self._commands.append(msg.Abort(request_id))
 
     def has_unfinished(self) -> bool:
-        return bool(self._unfinished) or bool(self._outputs)
+        return bool(self._unfinished) or bool(self._outputs) or self._last is not None
 
     # outputs back
 
-    def step(self) -> list[RequestOutput]:
+    def step(self) -> StepOutputs:
         """The outputs that arrived since the last call (possibly none)."""
         self._flush()
         self._receive(timeout_ms=0)
-        if not self._outputs and self._unfinished:
+        if not self._outputs and self._last is None and self._unfinished:
             self._receive(timeout_ms=POLL_MS)
-        outputs, self._outputs = self._outputs, []
+        outputs = self._last if self._last is not None else StepOutputs([], [], [])
+        outputs.outputs[:0] = self._outputs
+        self._outputs, self._last = [], None
         return outputs
 
     def drain_step_records(self) -> list[StepRecord]:
@@ -184,12 +189,14 @@ class EngineCoreClient:
 
     def _handle(self, reply: msg.Reply) -> None:
         if isinstance(reply, msg.Outputs):
-            for output in reply.outputs:
+            for output in reply.step.outputs:  # a plain decode never finishes its request
                 if output.finished:
                     self._unfinished[output.request_id] -= 1
                     if self._unfinished[output.request_id] <= 0:
                         del self._unfinished[output.request_id]
-            self._outputs += reply.outputs
+            if self._last is not None:  # a step before, not yet taken: its outputs stay first
+                self._outputs += self._last
+            self._last = reply.step
         elif isinstance(reply, msg.Records):
             self._records = reply.records
         elif isinstance(reply, msg.Checked):

@@ -4,8 +4,9 @@ and unlike pickle a message can only ever build these types, never run code.
 
 frontend -> core: the EngineConfig first, then one list of commands per message (Add, Abort, Drain,
     Check, Shutdown), so a step's requests and aborts travel together.
-core -> frontend: Ready once, Outputs after every step that produced any (the whole step's outputs in
-    one message), Records answering a Drain, Checked answering a Check, Failed when the core raised."""
+core -> frontend: Ready once, Outputs after every step that produced any (the step's StepOutputs, its
+    plain decodes as two lists), Records answering a Drain, Checked answering a Check, Failed when the
+    core raised."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import msgspec
 
 from engine.config import EngineConfig
 from engine.models.shape import LlamaShape
-from engine.request import RequestOutput, SamplingParams
+from engine.request import SamplingParams, StepOutputs
 from engine.timing import StepRecord
 
 # frontend -> core
@@ -57,7 +58,7 @@ class Ready(msgspec.Struct, tag=True, array_like=True):
 
 
 class Outputs(msgspec.Struct, tag=True, array_like=True):
-    outputs: list[RequestOutput]
+    step: StepOutputs
 
 
 class Records(msgspec.Struct, tag=True, array_like=True):

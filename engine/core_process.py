@@ -94,7 +94,7 @@ class _CoreLoop:
                 outputs = engine.step()
                 sent = time.perf_counter()
                 if outputs:
-                    self.push.send(msg.encoder.encode(msg.Outputs(list(outputs))), copy=False)
+                    self.push.send(msg.encoder.encode(msg.Outputs(outputs)), copy=False)
                 if engine.step_log.last is not None:  # host time receiving and sending around it
                     # added: a streamed window's hand-overs between two steps count on the step before
                     engine.step_log.last.ipc_ms += received_ms + (time.perf_counter() - sent) * 1e3

@@ -217,3 +217,28 @@ def test_the_core_freezes_its_loaded_heap_and_collects_rarely(tmp_path, monkeypa
     settings = json.loads(state.read_text())
     assert settings["young"] == YOUNG_GC_THRESHOLD
     assert settings["frozen"] > 1000  # torch and the model
+
+
+def test_steps_taken_together_keep_each_request_s_token_order(client):
+    """Plain decodes cross the split as two lists; several of the core's steps read in one call keep
+    every request's tokens in order, the earlier steps' plain decodes built as RequestOutputs."""
+    prompts = [[(5 * i + j) % 400 + 3 for j in range(4 + 3 * i)] for i in range(4)]
+    params = SamplingParams(max_tokens=20, ignore_eos=True)
+    for i, prompt in enumerate(prompts):
+        client.add_request(f"t{i}", prompt, params)
+    tokens, finished, num_plain = {}, {}, 0
+    while client.has_unfinished():
+        time.sleep(0.02)  # the core runs several steps meanwhile
+        step = client.step()
+        num_plain += len(step.decode_request_ids)
+        for output in step:
+            assert output.request_id not in finished
+            tokens.setdefault(output.request_id, []).extend(output.new_token_ids)
+            if output.finished:
+                finished[output.request_id] = output
+    assert num_plain > 0
+    assert {k: o.token_ids for k, o in finished.items()} == tokens and all(
+        len(t) == 20 for t in tokens.values()
+    )
+    local_tokens, _ = run_to_completion(LLMEngine(EngineConfig(**TINY)), prompts, params)
+    assert list(tokens.values()) == list(local_tokens.values())
