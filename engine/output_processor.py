@@ -1,5 +1,5 @@
 """After a step's tokens are read back: fill each sequence's placeholders with its sampled tokens,
-decide whether it stopped, and turn the step into RequestOutputs. A multi-step window gives each
+decide whether it stopped, and turn the step into its StepOutputs. A multi-step window gives each
 sequence several tokens, emitted as one chunk, or forward by forward when streamed; tokens after a
 stop are dropped. A plain decode (one more token of a request that goes on) is two list entries of
 the step's StepOutputs, not an object. Finished sequences give their blocks back here."""
