@@ -59,7 +59,7 @@ class ScheduledBatch:
 
     @property
     def is_decode_only(self) -> bool:
-        return all(s.num_new == 1 and s.sample and s.num_outputs for s in self.seqs)
+        return self.num_decode_seqs == len(self.seqs)
 
     def context_and_pairs(self, num_tokens: int, num_prefill_tokens: int) -> tuple[int, int]:
         """Tokens attention reads this step (cached + new) and its causal (query, key) pairs: a

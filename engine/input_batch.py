@@ -59,7 +59,7 @@ class InputBuffers:
         n, bs, num_steps = len(seqs), self.block_size, batch.num_steps
         rows, longest = self.block_tables.rows(seqs)
         num_computed = [s.num_computed for s in seqs]
-        if num_steps == 1 and all([s.num_new == 1 and s.sample and s.num_outputs for s in seqs]):
+        if num_steps == 1 and batch.is_decode_only:
             return self._prepare_decodes(batch, rows, longest, num_computed)
         num_computed = np.array(num_computed, dtype=np.int64)
         num_new = [s.num_new for s in seqs]
