@@ -3,10 +3,13 @@ same run (a device-to-device copy for bandwidth, a large bf16 GEMM for FLOP rate
 
 A timing is the median of many CUDA-event-timed replays after warm-up (triton.testing.do_bench, which
 flushes L2 before each). Each replay is a CUDA graph running the kernel over several independent input
-sets, enough to overflow L2, so that small shapes measure neither the host's launch cost nor the cache."""
+sets, enough to overflow L2, so that small shapes measure neither the host's launch cost nor the cache.
+Beside each timing (and the ceilings) stands the SM clock it ran at and what held the clock down, a
+power cap most often (llmbench/gpu_clocks.py): compute-bound figures move with it."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable
@@ -18,6 +21,7 @@ import triton
 from rich.table import Table
 from triton.testing import do_bench
 
+from llmbench.gpu_clocks import ClockSampler, clock_reading, describe, nvml_reader
 from llmbench.kernel_cases import BLOCK_SIZE, Case, all_cases
 
 logger = logging.getLogger(__name__)
@@ -40,32 +44,41 @@ class KernelTiming:
     fraction_of_ceiling: float
     input_sets: int
     target: float | None = None
+    clock: dict | None = None  # the SM clock over the timing (gpu_clocks.ClockSummary); None: no NVML
 
 
 def _median_ms(fn: Callable[[], Any], warmup_ms: int = 50) -> float:
     return do_bench(fn, warmup=warmup_ms, rep=300, return_mode="median")
 
 
-def measure_ceilings(dtype: torch.dtype) -> dict[str, float]:
-    """Copy bandwidth (bytes read + written per second) and dense GEMM rate on random data."""
+def measure_ceilings(dtype: torch.dtype, sampler: ClockSampler | None = None) -> dict[str, Any]:
+    """Copy bandwidth (bytes read + written per second) and dense GEMM rate on random data, with the
+    SM clock during the GEMM's timing when a sampler is given."""
     src = torch.randn(2**28, device="cuda", dtype=dtype)
     dst = torch.empty_like(src)
     copy_ms = _median_ms(lambda: dst.copy_(src))
     n = 8192
     a, b = torch.randn(n, n, device="cuda", dtype=dtype), torch.randn(n, n, device="cuda", dtype=dtype)
-    gemm_ms = _median_ms(lambda: a @ b, warmup_ms=500)  # long warm-up: let the clocks settle under load
-    return {
+    with sampler or contextlib.nullcontext():
+        gemm_ms = _median_ms(lambda: a @ b, warmup_ms=500)  # long warm-up: let the clocks settle under load
+    ceilings = {
         "copy_gb_per_s": 2 * src.numel() * src.element_size() / copy_ms / 1e6,
         "gemm_tflop_per_s": 2 * n**3 / gemm_ms / 1e9,
     }
+    if sampler is not None:
+        ceilings["gemm_clock"] = clock_reading(sampler)
+    return ceilings
 
 
-def time_case(case: Case) -> tuple[float, int]:
-    """(median microseconds per call, input sets rotated)."""
+def time_case(case: Case, sampler: ClockSampler | None = None) -> tuple[float, int]:
+    """(median microseconds per call, input sets rotated); the sampler, when given, runs over the
+    timed replays only (not the inputs' creation or the capture, when the device idles)."""
     l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
     sets = min(MAX_INPUT_SETS, max(1, math.ceil(3 * l2_bytes / case.footprint)))
     graph = capture_graph([case.make() for _ in range(sets)])
-    return _median_ms(graph.replay) * 1e3 / sets, sets
+    with sampler or contextlib.nullcontext():
+        ms = _median_ms(graph.replay)
+    return ms * 1e3 / sets, sets
 
 
 def capture_graph(calls: list[Callable[[], Any]]) -> torch.cuda.CUDAGraph:
@@ -89,12 +102,15 @@ def run_kernel_bench(dtype_name: str = "bf16") -> dict[str, Any]:
         raise KernelBenchError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype_name!r}")
     dtype = DTYPES[dtype_name]
     torch.manual_seed(0)
-    ceilings = measure_ceilings(dtype)
-    logger.info("ceilings: copy %.0f GB/s, GEMM %.0f TFLOP/s", *ceilings.values())
+    read = nvml_reader(torch.device("cuda"))
+    sampler = ClockSampler(read) if read is not None else None
+    ceilings = measure_ceilings(dtype, sampler)
+    copy, gemm, clock = ceilings["copy_gb_per_s"], ceilings["gemm_tflop_per_s"], ceilings.get("gemm_clock")
+    logger.info("ceilings: copy %.0f GB/s, GEMM %.0f TFLOP/s (%s)", copy, gemm, describe(clock))
     rows = []
     for case in all_cases(dtype):
         try:
-            us, sets = time_case(case)
+            us, sets = time_case(case, sampler)
         except RuntimeError as e:
             if not case.optional:
                 raise
@@ -104,10 +120,13 @@ def run_kernel_bench(dtype_name: str = "bf16") -> dict[str, Any]:
         achieved = case.work / us / (1e3 if case.bound == "memory" else 1e6)
         ceiling = ceilings["copy_gb_per_s" if case.bound == "memory" else "gemm_tflop_per_s"]
         fraction = achieved / ceiling
-        rows.append(
-            KernelTiming(case.kernel, case.shape, us, case.bound, achieved, fraction, sets, case.target)
+        timing = KernelTiming(case.kernel, case.shape, us, case.bound, achieved, fraction, sets, case.target)
+        timing.clock = clock_reading(sampler)
+        rows.append(timing)
+        logger.info(
+            "%s %s: %.1f us, %.0f%% of ceiling (%s)",
+            *(case.kernel, case.shape, us, 100 * fraction, describe(timing.clock)),
         )
-        logger.info("%s %s: %.1f us, %.0f%% of ceiling", case.kernel, case.shape, us, 100 * fraction)
         torch.cuda.empty_cache()
     return {
         "device": torch.cuda.get_device_name(),
@@ -122,14 +141,16 @@ def run_kernel_bench(dtype_name: str = "bf16") -> dict[str, Any]:
 
 
 def result_table(result: dict[str, Any]) -> Table:
-    """The result as a terminal table: time, achieved rate, and fraction of the measured ceiling."""
+    """The result as a terminal table: time, achieved rate, fraction of the measured ceiling, and the SM
+    clock each timing ran at (with what held it down)."""
     ceilings = result["ceilings"]
+    gemm_clock = describe(ceilings.get("gemm_clock"))
     table = Table(
         title=f"{result['device']} ({result['dtype']}): copy {ceilings['copy_gb_per_s']:.0f} GB/s, "
-        f"GEMM {ceilings['gemm_tflop_per_s']:.0f} TFLOP/s"
+        f"GEMM {ceilings['gemm_tflop_per_s']:.0f} TFLOP/s" + (f" at {gemm_clock}" if gemm_clock else "")
     )
-    for column in ("kernel", "shape", "median us", "achieved", "of ceiling", "target"):
-        table.add_column(column, justify="left" if column in ("kernel", "shape") else "right")
+    for column in ("kernel", "shape", "median us", "achieved", "of ceiling", "target", "SM clock"):
+        table.add_column(column, justify="left" if column in ("kernel", "shape", "SM clock") else "right")
     for row in result["kernels"]:
         unit = "GB/s" if row["bound"] == "memory" else "TFLOP/s"
         target = row["target"]
@@ -141,5 +162,6 @@ def result_table(result: dict[str, Any]) -> Table:
             f"{row['achieved']:.0f} {unit}",
             f"{row['fraction_of_ceiling']:.0%}",
             "" if target is None else f"{target:.0%} {verdict}",
+            describe(row.get("clock")),
         )
     return table

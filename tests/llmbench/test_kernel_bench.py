@@ -20,7 +20,11 @@ def test_result_table_shows_rates_fractions_and_target_verdicts():
     result = {
         "device": "GPU",
         "dtype": "bf16",
-        "ceilings": {"copy_gb_per_s": 4000.0, "gemm_tflop_per_s": 800.0},
+        "ceilings": {
+            "copy_gb_per_s": 4000.0,
+            "gemm_tflop_per_s": 800.0,
+            "gemm_clock": {"sm_clock_mhz": 1755.0, "limited_fraction": 1.0, "limits": ["sw power cap"]},
+        },
         "kernels": [
             {
                 "kernel": "paged_decode_attention",
@@ -39,6 +43,7 @@ def test_result_table_shows_rates_fractions_and_target_verdicts():
                 "achieved": 400.0,
                 "fraction_of_ceiling": 0.5,
                 "target": None,
+                "clock": {"sm_clock_mhz": 1785.0, "limited_fraction": 0.5, "limits": ["sw power cap"]},
             },
         ],
     }
@@ -47,6 +52,9 @@ def test_result_table_shows_rates_fractions_and_target_verdicts():
     text = console.export_text()
     assert "3000 GB/s" in text and "75%" in text and "80% MISSED" in text
     assert "400 TFLOP/s" in text and "50%" in text
+    # the clock each figure ran at: a compute-bound rate moves with it (a row without one, a file
+    # written before it was recorded or where NVML is absent, shows nothing)
+    assert "1785 MHz, sw power cap 50%" in text and "GEMM 800 TFLOP/s at 1755 MHz, sw power cap 100%" in text
 
 
 def test_every_engine_kernel_has_a_case_and_cases_are_distinct():

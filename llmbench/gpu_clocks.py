@@ -1,0 +1,126 @@
+"""The GPU's SM clock while a kernel is timed, and what held it down, read from NVML (the driver's
+management library, through ctypes: no extra dependency) by a thread sampling every few milliseconds.
+
+Why a kernel benchmark needs it: a compute-bound kernel on an H200 runs into the board's power limit.
+The driver then lowers the SM clock (clock event reason "sw power cap"), and the kernel times slower by
+as much. Whether the cap bites depends on what ran just before: the same attention call at B=1 new=8192
+took 860 us at 1,965 MHz and 985 us at 1,785 MHz in one process (results/h200/cudnn_context.json). A
+figure is only comparable to another taken at the same clock, so `llmbench kernels` records the clock
+and the limits beside each timing."""
+
+from __future__ import annotations
+
+import ctypes
+import statistics
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+SM_CLOCK = 1  # NVML_CLOCK_SM
+# NVML clock event reasons that lower the clock below what the load asks for (idle and the
+# application-clock setting do not)
+LIMITS = {
+    0x4: "sw power cap",
+    0x8: "hw slowdown",
+    0x40: "sw thermal",
+    0x80: "hw thermal",
+    0x100: "hw power brake",
+}
+SAMPLE_INTERVAL_S = 0.005
+
+Sample = tuple[int, int]  # (SM clock in MHz, clock event reasons bitmask)
+
+
+@dataclass
+class ClockSummary:
+    sm_clock_mhz: float  # median over the samples
+    limited_fraction: float  # share of samples with any reason in LIMITS
+    limits: list[str]  # the reasons seen, in LIMITS order
+
+
+def summarize(samples: list[Sample]) -> ClockSummary | None:
+    if not samples:
+        return None
+    seen = 0
+    limited = 0
+    for _, reasons in samples:
+        seen |= reasons
+        limited += any(reasons & bit for bit in LIMITS)
+    names = [name for bit, name in LIMITS.items() if seen & bit]
+    return ClockSummary(statistics.median(c for c, _ in samples), limited / len(samples), names)
+
+
+class ClockSampler:
+    """A context manager: samples `read` on a daemon thread from entry to exit."""
+
+    def __init__(self, read: Callable[[], Sample], interval_s: float = SAMPLE_INTERVAL_S):
+        self._read = read
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.samples: list[Sample] = []
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append(self._read())
+            if self._stop.wait(self._interval_s):
+                return
+
+    def __enter__(self) -> ClockSampler:
+        self.samples = []
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="gpu-clock-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> ClockSummary | None:
+        return summarize(self.samples)
+
+
+def nvml_reader(device: torch.device) -> Callable[[], Sample] | None:
+    """A function reading the device's SM clock and clock event reasons, or None where NVML is absent
+    (no NVIDIA driver, a CPU run) or does not know the device."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        if nvml.nvmlInit_v2() != 0:
+            return None
+        handle = ctypes.c_void_p()
+        # by UUID: NVML numbers every GPU of the machine, torch only those CUDA_VISIBLE_DEVICES shows
+        uuid = f"GPU-{torch.cuda.get_device_properties(device).uuid}".encode()
+        if nvml.nvmlDeviceGetHandleByUUID(uuid, ctypes.byref(handle)) != 0:
+            return None
+        # the reasons call was renamed in driver 535; older drivers have only the first name
+        reasons_call = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        reasons_call = reasons_call or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    except (OSError, AttributeError, RuntimeError, AssertionError):  # no driver; a CPU-only torch build
+        return None
+    clock, reasons = ctypes.c_uint(), ctypes.c_ulonglong()
+
+    def read() -> Sample:
+        nvml.nvmlDeviceGetClockInfo(handle, SM_CLOCK, ctypes.byref(clock))
+        reasons_call(handle, ctypes.byref(reasons))
+        return clock.value, reasons.value
+
+    return read
+
+
+def clock_reading(sampler: ClockSampler | None) -> dict | None:
+    """The sampler's last span as a result file holds it (ClockSummary's fields), or None."""
+    summary = sampler.summary() if sampler is not None else None
+    return asdict(summary) if summary is not None else None
+
+
+def describe(reading: dict | None) -> str:
+    """A reading for tables: '1785 MHz, sw power cap 100%', '1965 MHz', or '' (none taken)."""
+    if reading is None:
+        return ""
+    text = f"{reading['sm_clock_mhz']:.0f} MHz"
+    if reading["limits"]:
+        text += f", {'/'.join(reading['limits'])} {reading['limited_fraction']:.0%}"
+    return text

@@ -1,0 +1,59 @@
+"""The SM-clock sampler beside `llmbench kernels`' timings: its summary of samples, its thread, and the
+absence of NVML on a machine without an NVIDIA driver."""
+
+import time
+
+import pytest
+import torch
+
+from llmbench.gpu_clocks import ClockSampler, clock_reading, describe, nvml_reader, summarize
+
+
+def test_summary_takes_the_median_clock_and_the_share_of_samples_held_down():
+    # 0x4 sw power cap, 0x100 hw power brake; 0x1 (idle) lowers no clock the load asks for
+    samples = [(1965, 0x0), (1785, 0x4), (1770, 0x104), (1785, 0x4), (345, 0x1)]
+    summary = summarize(samples)
+    assert summary.sm_clock_mhz == 1785
+    assert summary.limited_fraction == pytest.approx(3 / 5)
+    assert summary.limits == ["sw power cap", "hw power brake"]
+    assert summarize([]) is None
+
+
+def test_sampler_reads_from_entry_to_exit_only():
+    reads = []
+
+    def read():
+        reads.append(time.perf_counter())
+        return 1980, 0x4
+
+    sampler = ClockSampler(read, interval_s=0.002)
+    with sampler:
+        time.sleep(0.05)
+    taken = len(reads)
+    time.sleep(0.02)
+    assert taken >= 3 and len(reads) == taken  # the thread stopped at exit
+    reading = clock_reading(sampler)
+    assert reading == {"sm_clock_mhz": 1980, "limited_fraction": 1.0, "limits": ["sw power cap"]}
+    assert describe(reading) == "1980 MHz, sw power cap 100%"
+    with sampler:  # a second span starts afresh
+        pass
+    assert len(sampler.samples) >= 1 and len(sampler.samples) < taken
+
+
+def test_a_reading_without_limits_or_without_nvml_describes_itself():
+    assert describe({"sm_clock_mhz": 1965.0, "limited_fraction": 0.0, "limits": []}) == "1965 MHz"
+    assert describe(None) == ""
+    assert clock_reading(None) is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_no_reader_without_a_gpu():
+    assert nvml_reader(torch.device("cuda")) is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU and its driver")
+def test_reader_reads_a_running_clock_on_a_gpu():
+    read = nvml_reader(torch.device("cuda"))
+    assert read is not None
+    clock, reasons = read()
+    assert 100 <= clock <= 5000 and reasons >= 0
