@@ -7,7 +7,7 @@ fused QKV projection, as in the model.
 The kernel: causal attention of `count` sequences of `length` tokens each over their own contiguous K/V,
 tiles loaded through Hopper's tensor memory accelerator (TMA descriptors). A program owns BLOCK_M query
 tokens of one query head; keys before its first query need no mask (stage 1), only the diagonal tiles
-do (stage 2); programs run heaviest first. It stayed 5-6% behind cuDNN (README, prefill attention), so
+do (stage 2); programs run heaviest first. It stayed 3-6% behind cuDNN (README, prefill attention), so
 the engine keeps SDPA for fresh prompts and the kernel lives here, with the measurement that judged it.
 
     python scripts/h200_fresh_attention_sweep.py results/h200/fresh_attention_sweep.json
