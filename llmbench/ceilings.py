@@ -3,7 +3,9 @@ start: a dense GEMM's FLOP rate and a device-to-device copy's bandwidth, each th
 timed repeats after a warm-up (CUDA events on a GPU, perf_counter on the CPU). About 0.3 s on an H200,
 0.1 s on a CPU. On the CPU the figures are the host's own (torch's threads, the model's dtype): a
 tiny model's run is host-bound, so its fraction of the bound shows how far the engine's Python is
-from the machine, not a GPU's efficiency."""
+from the machine, not a GPU's efficiency. On an NVIDIA GPU the GEMM's SM clock is recorded with it, and
+the run's over its timed trials (llmbench/gpu_clocks.py): under the board's power cap a GEMM ceiling
+taken at 1,500 MHz and a decode step run at 1,900 are not the same machine."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import torch
 
 from engine.loader import resolve_device, resolve_dtype
 from llmbench.config import RunConfig
+from llmbench.gpu_clocks import ClockSampler, clock_reading, nvml_reader
 
 logger = logging.getLogger(__name__)
 
@@ -24,14 +27,21 @@ logger = logging.getLogger(__name__)
 # far past its L2) and its warm-up is ~0.15 s of GEMMs, for the clocks to settle under load; the
 # CPU's keep a tiny-model run's start near 0.1 s with the copy still past most L2 caches
 SIZES = {"cuda": (8192, 1024, 100, 20), "cpu": (512, 64, 2, 5)}
+RUN_CLOCK_INTERVAL_S = 0.02  # a minute's run: 3,000 samples
+CEILING_CLOCK_INTERVAL_S = 0.001  # the GEMM's timed calls take ~35 ms on an H200
 
 
-def measure_ceilings(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+def measure_ceilings(
+    device: torch.device, dtype: torch.dtype, clocks: ClockSampler | None = None
+) -> dict[str, Any]:
     """Peak FLOP/s of an n x n x n matmul in `dtype` and copy bandwidth in bytes/s, counting the bytes
-    read and the bytes written (2 per byte copied), as STREAM's copy does."""
+    read and the bytes written (2 per byte copied), as STREAM's copy does; with `clocks`, the SM clock
+    over the GEMM's timing (ceiling_gemm_clock)."""
     n, copy_mib, warmup, repeats = SIZES[device.type]
     start = time.perf_counter()
-    gemm_s = _gemm_seconds(n, dtype, device, warmup, repeats)
+    fine = ClockSampler(clocks.read, CEILING_CLOCK_INTERVAL_S) if clocks is not None else None
+    gemm_s = _gemm_seconds(n, dtype, device, warmup, repeats, fine)
+    gemm_clock = clock_reading(fine)
     copy_s = copy_seconds(copy_mib * 2**20, device, warmup, repeats)
     cuda = device.type == "cuda"
     if cuda:
@@ -48,19 +58,35 @@ def measure_ceilings(device: torch.device, dtype: torch.dtype) -> dict[str, Any]
         "ceilings_method": f"{n}x{n}x{n} {dtype_name} matmul and a {copy_mib} MiB copy (bytes read + "
         f"written), {timer}, median of {repeats} after {warmup} warm-up calls",
         "ceilings_ms": (time.perf_counter() - start) * 1e3,
-    }
+    } | ({"ceiling_gemm_clock": gemm_clock} if gemm_clock else {})
 
 
-def run_ceilings(config: RunConfig) -> dict[str, Any]:
+def run_clock_sampler(config: RunConfig) -> ClockSampler | None:
+    """A sampler of the GPU the bundled engine runs a real model on, or None (another backend's server
+    may be elsewhere; a CPU or a device without NVML has no clock to read)."""
+    if config.backend.type != "bundled" or config.model.executor == "null":
+        return None
+    device = resolve_device(config.model.device)
+    read = nvml_reader(device) if device.type == "cuda" else None
+    return ClockSampler(read, RUN_CLOCK_INTERVAL_S) if read is not None else None
+
+
+def run_clocks(clocks: ClockSampler | None) -> dict[str, Any]:
+    """The run's SM clock over its timed trials, for the summary's steps ({} without a sampler)."""
+    reading = clock_reading(clocks)
+    return {"gpu_clock": reading} if reading else {}
+
+
+def run_ceilings(config: RunConfig, clocks: ClockSampler | None = None) -> dict[str, Any]:
     """The ceilings for a run's summary, or why it has no bound (`bound_unavailable`): the bound
-    needs the bundled engine's step log and a model that really runs."""
+    needs the bundled engine's step log and a model that really runs. `clocks`: run_clock_sampler's."""
     if config.backend.type != "bundled":
         return {"bound_unavailable": f"backend.type {config.backend.type}: no engine step log"}
     if config.model.executor == "null":
         return {"bound_unavailable": "model.executor null: no model runs, so its roofline does not apply"}
     device = resolve_device(config.model.device)
     try:
-        ceilings = measure_ceilings(device, resolve_dtype(config.model.dtype, device))
+        ceilings = measure_ceilings(device, resolve_dtype(config.model.dtype, device), clocks)
     except torch.cuda.OutOfMemoryError as e:
         return {"bound_unavailable": f"ceilings not measured: out of device memory ({str(e)[:80]})"}
     ceilings["ceilings_devices"] = config.engine.tensor_parallel_size
@@ -74,10 +100,12 @@ def run_ceilings(config: RunConfig) -> dict[str, Any]:
     return ceilings
 
 
-def _gemm_seconds(n: int, dtype: torch.dtype, device: torch.device, warmup: int, repeats: int) -> float:
+def _gemm_seconds(
+    n: int, dtype: torch.dtype, device: torch.device, warmup: int, repeats: int, clocks: ClockSampler | None
+) -> float:
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    return median_seconds(lambda: torch.mm(a, b), device, warmup, repeats)
+    return median_seconds(lambda: torch.mm(a, b), device, warmup, repeats, clocks)
 
 
 def copy_seconds(nbytes: int, device: torch.device, warmup: int, repeats: int) -> float:
@@ -87,11 +115,27 @@ def copy_seconds(nbytes: int, device: torch.device, warmup: int, repeats: int) -
     return median_seconds(lambda: dst.copy_(src), device, warmup, repeats)
 
 
-def median_seconds(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> float:
+def median_seconds(
+    fn: Callable[[], object],
+    device: torch.device,
+    warmup: int,
+    repeats: int,
+    clocks: ClockSampler | None = None,
+) -> float:
     """Median seconds of fn() after warm-up calls: CUDA events around each call on a GPU, back to back
-    (the launches queue as in a run), the host clock elsewhere."""
+    (the launches queue as in a run), the host clock elsewhere. `clocks` samples the timed calls only:
+    the warm-up ends (synchronized) before it starts."""
     for _ in range(warmup):  # clocks up, kernels chosen, pages touched
         fn()
+    if clocks is None:
+        return _timed_median(fn, device, repeats)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # the warm-up has run before the sampling starts
+    with clocks:
+        return _timed_median(fn, device, repeats)
+
+
+def _timed_median(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
     if device.type != "cuda":
         times = []
         for _ in range(repeats):

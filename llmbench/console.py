@@ -11,6 +11,7 @@ from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from llmbench.gpu_clocks import describe as describe_clock
 from llmbench.results import RequestRecord
 
 console = Console(stderr=True)
@@ -103,6 +104,10 @@ def metrics_table(summary: dict[str, Any]) -> Table:
                     f"{_fmt(serial)} ({steps['throughput_of_serial_bound']:.1%} reached)",
                 )
             )
+    if steps.get("gpu_clock"):
+        ceiling = describe_clock(steps.get("ceiling_gemm_clock"))
+        clock = describe_clock(steps["gpu_clock"]) + (f" (GEMM ceiling at {ceiling})" if ceiling else "")
+        rows.append(("GPU SM clock, timed trials", clock))
     for label, value in rows:
         table.add_row(label, value)
     return table

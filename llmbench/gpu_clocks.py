@@ -6,7 +6,8 @@ The driver then lowers the SM clock (clock event reason "sw power cap"), and the
 as much. Whether the cap bites depends on what ran just before: the same attention call at B=1 new=8192
 took 860 us at 1,965 MHz and 985 us at 1,785 MHz in one process (results/h200/cudnn_context.json). A
 figure is only comparable to another taken at the same clock, so `llmbench kernels` records the clock
-and the limits beside each timing."""
+and the limits beside each timing, and a run on the bundled engine the clock over its timed trials
+(summary.json steps, beside the roofline bound, whose GEMM ceiling carries its own clock)."""
 
 from __future__ import annotations
 
@@ -53,10 +54,11 @@ def summarize(samples: list[Sample]) -> ClockSummary | None:
 
 
 class ClockSampler:
-    """A context manager: samples `read` on a daemon thread from entry to exit."""
+    """A context manager: samples `read` on a daemon thread from entry to exit. Samples accumulate over
+    spans until take() summarizes and clears them."""
 
     def __init__(self, read: Callable[[], Sample], interval_s: float = SAMPLE_INTERVAL_S):
-        self._read = read
+        self.read = read
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -64,12 +66,11 @@ class ClockSampler:
 
     def _run(self) -> None:
         while True:
-            self.samples.append(self._read())
+            self.samples.append(self.read())
             if self._stop.wait(self._interval_s):
                 return
 
     def __enter__(self) -> ClockSampler:
-        self.samples = []
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="gpu-clock-sampler", daemon=True)
         self._thread.start()
@@ -79,8 +80,11 @@ class ClockSampler:
         self._stop.set()
         self._thread.join()
 
-    def summary(self) -> ClockSummary | None:
-        return summarize(self.samples)
+    def take(self) -> ClockSummary | None:
+        """The samples since the last take(), summarized; the next span starts afresh."""
+        summary = summarize(self.samples)
+        self.samples = []
+        return summary
 
 
 def nvml_reader(device: torch.device) -> Callable[[], Sample] | None:
@@ -111,8 +115,9 @@ def nvml_reader(device: torch.device) -> Callable[[], Sample] | None:
 
 
 def clock_reading(sampler: ClockSampler | None) -> dict | None:
-    """The sampler's last span as a result file holds it (ClockSummary's fields), or None."""
-    summary = sampler.summary() if sampler is not None else None
+    """The sampler's spans since its last take(), as a result file holds them (ClockSummary's fields),
+    or None."""
+    summary = sampler.take() if sampler is not None else None
     return asdict(summary) if summary is not None else None
 
 

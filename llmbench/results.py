@@ -162,6 +162,14 @@ class ResultWriter:
         os.close(self._lock)
 
 
+def nothing_completed(trial_metrics: list[dict[str, Any]]) -> str | None:
+    """Why a finished run counts as failed: no timed request of any trial completed."""
+    if any(m["completed"] for m in trial_metrics):
+        return None
+    failed = sum(m["failed"] for m in trial_metrics)
+    return f"no request completed ({failed} failed; see the error column of requests.jsonl)"
+
+
 def build_summary(
     name: str,
     complete: bool,

@@ -7,6 +7,7 @@ still leaves a run directory, with summary.json marked incomplete."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -20,14 +21,15 @@ from typing import Any
 from engine.gc_heap import freeze_heap
 from engine.request import RequestOutput
 from llmbench.backends import Backend, make_backend
-from llmbench.ceilings import run_ceilings
+from llmbench.ceilings import run_ceilings, run_clock_sampler, run_clocks
 from llmbench.config import RunConfig
 from llmbench.console import RunProgress
 from llmbench.env import collect_environment
+from llmbench.gpu_clocks import ClockSampler
 from llmbench.metrics import compute_metrics
 from llmbench.profiling.window import ProfileWindow, window_from_env
 from llmbench.request_record import DeferredOutputs, new_record, sampling_params
-from llmbench.results import RequestRecord, ResultWriter, build_summary
+from llmbench.results import RequestRecord, ResultWriter, build_summary, nothing_completed
 from llmbench.roofline import bound_summary
 from llmbench.step_rows import StepRows
 from llmbench.step_stats import summarize_steps
@@ -63,6 +65,7 @@ class _RunState:
     records: list[RequestRecord] = field(default_factory=list)
     window: ProfileWindow | None = None  # under `llmbench profile`: starts and stops the profiler
     not_started: int = 0  # of the current phase: requests without a token when it was cut short
+    clocks: ClockSampler | None = None  # samples the SM clock during timed trials
 
 
 def run_benchmark(
@@ -86,7 +89,8 @@ def run_benchmark(
         workloads = (
             first if k == 0 else build_workload(config, backend.model_info, k) for k in range(repeat)
         )
-        ceilings = run_ceilings(config)  # before the first request: the device is idle
+        clocks = run_clock_sampler(config)  # the GPU's SM clock over the ceilings' GEMM, then the trials
+        ceilings = run_ceilings(config, clocks)  # before the first request: the device is idle
         freeze_heap()  # as the engine core and the server do: the engines compared pay the same GC
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         run_start = time.perf_counter()
@@ -94,14 +98,14 @@ def run_benchmark(
         writer = ResultWriter(run_dir, config_dict, run_start, config.output.save_tokens, replace)
         window = None if backend.profiles_own_steps else window_from_env()
         steps = StepRows(backend, writer)
-        state = _RunState(backend, writer, config, progress, run_start, steps, window=window)
+        state = _RunState(backend, writer, config, progress, run_start, steps, window=window, clocks=clocks)
         trial_metrics: list[dict[str, Any]] = []
         complete = interrupted = False
         stopped = None
         try:
             _run_trials(state, first, workloads, repeat, trial_metrics)
             complete = True
-            stopped = _nothing_completed(trial_metrics)
+            stopped = nothing_completed(trial_metrics)
             if stopped:
                 logger.error("run failed: %s", stopped)
         except KeyboardInterrupt:
@@ -121,7 +125,8 @@ def run_benchmark(
                 environment=collect_environment(),
                 trials=trial_metrics,
                 steps=summarize_steps(state.steps.rows, config_dict)
-                | bound_summary(state.steps.rows, config_dict, ceilings, trial_metrics),
+                | bound_summary(state.steps.rows, config_dict, ceilings, trial_metrics)
+                | run_clocks(clocks),
             )
             if stopped:
                 summary["stop_reason"] = stopped
@@ -134,14 +139,6 @@ def run_benchmark(
         return RunResult(Path(run_dir), summary, interrupted, stopped)
     finally:
         backend.close()
-
-
-def _nothing_completed(trial_metrics: list[dict[str, Any]]) -> str | None:
-    """Why a finished run counts as failed: no timed request of any trial completed."""
-    if any(m["completed"] for m in trial_metrics):
-        return None
-    failed = sum(m["failed"] for m in trial_metrics)
-    return f"no request completed ({failed} failed; see the error column of requests.jsonl)"
 
 
 def _run_trials(
@@ -158,7 +155,8 @@ def _run_trials(
     for k, workload in enumerate(workloads):
         start = len(state.records)
         try:
-            _run_phase(state, workload.requests, trial=k, warmup=False, label=f"trial {k + 1}/{repeat}")
+            with state.clocks or contextlib.nullcontext():
+                _run_phase(state, workload.requests, trial=k, warmup=False, label=f"trial {k + 1}/{repeat}")
         finally:
             metrics = compute_metrics(
                 state.records[start:], state.config.output.percentiles, state.config.slo

@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from llmbench.gpu_clocks import describe as describe_clock
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -98,6 +100,12 @@ METRICS = {
     "ceiling_copy_bytes_per_s": Metric(
         "Copy ceiling", "B/s", "measured at run start: a device-to-device copy, bytes read + written"
     ),
+    "gpu_clock": Metric(
+        "GPU SM clock",
+        "clock",
+        "median SM clock over the timed trials, and what held it down (share of 20 ms samples)",
+    ),
+    "ceiling_gemm_clock": Metric("GEMM ceiling's SM clock", "clock", "the same over the ceiling's matmul"),
     "kernel_busy_fraction": Metric(
         "kernel busy (nsys)", "%", "union of kernel intervals on the nsys timeline / its length"
     ),
@@ -129,6 +137,8 @@ def describe(key: str) -> Metric:
 def number(value: Any, unit: str = "") -> str:
     """One format everywhere: three significant figures, thousands separators, no exponent; a
     fraction with unit % as a percentage. Escaped, ready for HTML."""
+    if unit == "clock" and isinstance(value, dict):
+        return html.escape(describe_clock(value))
     if value is None or isinstance(value, bool) or not isinstance(value, int | float):
         return "n/a" if value is None else html.escape(str(value))
     if isinstance(value, float) and not math.isfinite(value):

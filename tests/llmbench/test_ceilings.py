@@ -70,3 +70,42 @@ def test_gpu_ceilings_are_timed_with_cuda_events_and_give_the_memory_back():
     assert "CUDA events" in c["ceilings_method"] and c["ceilings_device"] == torch.cuda.get_device_name()
     # the 2.4 GB of operands are released; cuBLAS may keep its workspace (tens of MiB) in the allocator
     assert torch.cuda.memory_reserved() < reserved + 2**27
+
+
+def test_a_run_records_the_clock_of_its_ceilings_gemm_and_of_its_timed_trials(tmp_path, monkeypatch):
+    """A sampler's reads while the ceilings' GEMM runs land in ceiling_gemm_clock; those while the timed
+    trials run (not the warm-up) in gpu_clock. The reader stands in for NVML: a warm-up sampled by
+    mistake would show as samples at 1,980 MHz with no limit, the ceilings' samples kept as a "hw
+    slowdown"."""
+    from llmbench import runner
+    from llmbench.gpu_clocks import ClockSampler
+
+    phase = {"now": "ceilings"}
+    # between phases (the moments a trial's sampling starts before its first request) as in a trial
+    clock_of = {"ceilings": (1500, 0x8), "warm-up": (1980, 0x0), "trial": (1785, 0x4), "between": (1785, 0x4)}
+    sampler = ClockSampler(lambda: clock_of[phase["now"]], interval_s=0.001)
+    monkeypatch.setattr(runner, "run_clock_sampler", lambda config: sampler)
+    run_phase = runner._run_phase
+
+    def tagged_phase(state, requests, trial, warmup, label):
+        phase["now"] = "warm-up" if warmup else "trial"
+        try:
+            run_phase(state, requests, trial, warmup, label)
+        finally:
+            phase["now"] = "between"
+
+    monkeypatch.setattr(runner, "_run_phase", tagged_phase)
+    config = parse_config(NULL_RUN, [*TINY_MODEL, "workload.warmup_requests=2", "workload.num_requests=4"])
+    steps = run_benchmark(config, tmp_path / "r", repeat=2).summary["steps"]
+    assert steps["ceiling_gemm_clock"] == {
+        "sm_clock_mhz": 1500,
+        "limited_fraction": 1.0,
+        "limits": ["hw slowdown"],
+    }
+    assert steps["gpu_clock"] == {"sm_clock_mhz": 1785, "limited_fraction": 1.0, "limits": ["sw power cap"]}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_a_cpu_run_has_no_clock_to_record(tmp_path):
+    steps = run_benchmark(parse_config(NULL_RUN, TINY_MODEL), tmp_path / "r").summary["steps"]
+    assert "gpu_clock" not in steps and "ceiling_gemm_clock" not in steps

@@ -35,9 +35,13 @@ def test_sampler_reads_from_entry_to_exit_only():
     reading = clock_reading(sampler)
     assert reading == {"sm_clock_mhz": 1980, "limited_fraction": 1.0, "limits": ["sw power cap"]}
     assert describe(reading) == "1980 MHz, sw power cap 100%"
-    with sampler:  # a second span starts afresh
+    # take() cleared the samples; spans after it accumulate until the next take()
+    with sampler:
         pass
-    assert len(sampler.samples) >= 1 and len(sampler.samples) < taken
+    with sampler:
+        pass
+    assert 2 <= len(sampler.samples) < taken
+    assert sampler.take().sm_clock_mhz == 1980 and sampler.samples == [] and sampler.take() is None
 
 
 def test_a_reading_without_limits_or_without_nvml_describes_itself():
@@ -57,3 +61,23 @@ def test_reader_reads_a_running_clock_on_a_gpu():
     assert read is not None
     clock, reasons = read()
     assert 100 <= clock <= 5000 and reasons >= 0
+
+
+def test_the_run_table_and_the_report_show_a_run_s_clock_beside_its_ceiling_s():
+    from rich.console import Console
+
+    from llmbench.console import metrics_table
+    from llmbench.report.format import describe as describe_key
+    from llmbench.report.format import number
+
+    run = {"sm_clock_mhz": 1785.0, "limited_fraction": 1.0, "limits": ["sw power cap"]}
+    ceiling = {"sm_clock_mhz": 1500.0, "limited_fraction": 0.79, "limits": ["sw power cap"]}
+    steps = {"gpu_clock": run, "ceiling_gemm_clock": ceiling}
+    summary = {"name": "run", "complete": True, "metrics": {"completed": 1, "failed": 0}, "steps": steps}
+    console = Console(record=True, width=200)
+    console.print(metrics_table(summary))
+    text = console.export_text()
+    assert "GPU SM clock, timed trials" in text
+    assert "1785 MHz, sw power cap 100% (GEMM ceiling at 1500 MHz, sw power cap 79%)" in text
+    assert number(run, describe_key("gpu_clock").unit) == "1785 MHz, sw power cap 100%"
+    assert describe_key("ceiling_gemm_clock").label == "GEMM ceiling's SM clock"
