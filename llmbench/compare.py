@@ -21,6 +21,7 @@ from llmbench.compare_load import (
     load_summary,
     metric_direction,
     parse_metric_spec,
+    warn_of_clock_mismatch,
 )
 from llmbench.stats import bootstrap_ratios, detectable_worsening, mann_whitney_greater, ratio
 from llmbench.step_stats import RENAMED_STEP_KEYS
@@ -98,6 +99,7 @@ def compare_summaries(
         for label, summary in (("baseline", baseline), ("current", current)):
             if _summary_value(summary, check.name) is None:
                 raise CompareError(f"metric {check.name!r}: not found in the {label} summary")
+    warn_of_clock_mismatch(baseline, current)
     incomplete = (not baseline.get("complete", True), not current.get("complete", True))
     verdicts = [_judge(check, baseline, current, incomplete) for check in checks]
     return flag_served_nothing(verdicts, baseline, current, incomplete)

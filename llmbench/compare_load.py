@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmbench.gpu_clocks import clock_mismatch
 from llmbench.results import load_steps
 from llmbench.step_stats import summarize_steps
 
@@ -114,3 +115,11 @@ def _attach_trial_steps(summary: dict, run_dir: Path) -> None:
         return
     for k, trial in enumerate(trials):
         trial["steps"] = summarize_steps(rows_by_trial[k])
+
+
+def warn_of_clock_mismatch(baseline: dict, current: dict) -> None:
+    """A warning when the two runs' GPUs ran at different clocks (summary steps.gpu_clock)."""
+    clocks = [(summary.get("steps") or {}).get("gpu_clock") for summary in (baseline, current)]
+    note = clock_mismatch(*clocks)
+    if note:
+        log.warning(note)

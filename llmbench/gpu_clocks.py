@@ -30,6 +30,8 @@ LIMITS = {
     0x100: "hw power brake",
 }
 SAMPLE_INTERVAL_S = 0.005
+# two runs whose median clocks differ by more than this have compute-bound figures that differ by it
+CLOCK_MISMATCH = 0.03
 
 Sample = tuple[int, int]  # (SM clock in MHz, clock event reasons bitmask)
 
@@ -129,3 +131,17 @@ def describe(reading: dict | None) -> str:
     if reading["limits"]:
         text += f", {'/'.join(reading['limits'])} {reading['limited_fraction']:.0%}"
     return text
+
+
+def clock_mismatch(baseline: dict | None, current: dict | None) -> str | None:
+    """Why two runs' figures may differ by their GPU clocks alone, or None: no reading on either side,
+    or median clocks within CLOCK_MISMATCH of each other."""
+    if not baseline or not current:
+        return None
+    before, after = baseline["sm_clock_mhz"], current["sm_clock_mhz"]
+    if abs(after - before) <= CLOCK_MISMATCH * before:
+        return None
+    return (
+        f"the runs ran at different SM clocks (baseline {describe(baseline)}, current {describe(current)}):"
+        " compute-bound figures move with the clock as much as with the code"
+    )

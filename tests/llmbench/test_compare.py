@@ -202,3 +202,23 @@ def test_gpu_busy_is_judged_only_with_a_warning_that_it_is_no_target(caplog):
         check = parse_metric_spec("steps.gpu_busy_step_spans:5%")
     assert check.higher_is_better
     assert "GPU busy is a diagnostic, not a target" in caplog.text
+
+
+def test_runs_at_different_gpu_clocks_are_compared_with_a_warning_that_says_so(caplog):
+    """Under a power cap the same code runs slower at a lower clock: a verdict between runs at clocks
+    more than 3% apart says so; close clocks, or a run without a reading (a CPU), say nothing."""
+    capped = {"sm_clock_mhz": 1500, "limited_fraction": 0.99, "limits": ["sw power cap"]}
+    free = {"sm_clock_mhz": 1980, "limited_fraction": 0.0, "limits": []}
+    near = {"sm_clock_mhz": 1530, "limited_fraction": 0.9, "limits": ["sw power cap"]}
+    warnings = {}
+    for name, clock in (("free", free), ("near", near), ("none", None)):
+        baseline, current = synthetic_run(seed=0), synthetic_run(seed=1)
+        baseline["steps"]["gpu_clock"] = capped
+        if clock is not None:
+            current["steps"]["gpu_clock"] = clock
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            compare_summaries(baseline, current)
+        warnings[name] = caplog.text
+    assert "different SM clocks (baseline 1500 MHz, sw power cap 99%, current 1980 MHz)" in warnings["free"]
+    assert "SM clocks" not in warnings["near"] and "SM clocks" not in warnings["none"]
