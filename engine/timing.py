@@ -88,13 +88,14 @@ class GpuSpan:
 
 
 RESOLVE_EVERY = 32  # steps tracked before their times are read, all in one pass
+ANCHOR_TRIES = 3  # the first synchronize waits for any work queued before; the others find the device idle
 
 
 class GpuTimer:
     """Fills StepRecord.gpu_* from events recorded on the current stream. Events wait in a small ring
     until they have fired (`query`), so reading them never stalls the host. Event times become host
-    times through one anchor: an event recorded and synchronized once, at construction, paired with
-    perf_counter then; afterwards t(event) = anchor_host + elapsed(anchor, event).
+    times through one anchor: an event recorded and synchronized at construction, paired with the host
+    time it fired at; afterwards t(event) = anchor_host + elapsed(anchor, event).
 
     A CUDA call costs a GPU host several us, and the first one after a stretch of Python several
     times that (results/h200/call_costs.json). So a step records its two events, and the times are
@@ -118,10 +119,7 @@ class GpuTimer:
         self._stream = stream
         self._free = [GpuSpan(new_event, stream) for _ in range(ring_size)]
         self._waiting: deque[tuple[GpuSpan, StepRecord]] = deque()
-        self._anchor = new_event()
-        self._anchor.record(stream)
-        self._anchor.synchronize()
-        self._anchor_host = clock()
+        self._anchor, self._anchor_host = _anchor(new_event, stream, clock)
 
     def span(self) -> GpuSpan:
         """A free span for the next step; its start is recorded by the executor (see GpuSpan)."""
@@ -170,6 +168,26 @@ class GpuTimer:
         record.gpu_end = self._anchor_host + end_ms / 1e3
         record.gpu_ms = end_ms - start_ms
         self._free.append(span)
+
+
+def _anchor(
+    new_event: Callable[[], object], stream: object, clock: Callable[[], float]
+) -> tuple[object, float]:
+    """An event fired on an idle device, and the host time it fired at: the middle of the host clock
+    read just before recording it and just after synchronizing on it, the narrowest of ANCHOR_TRIES
+    such windows. One window alone can hold a preemption of the host thread between the two reads,
+    which would shift every step's GPU times by it (a few hundred us on a loaded CPU)."""
+    best = None
+    for _ in range(ANCHOR_TRIES):
+        event = new_event()
+        before = clock()
+        event.record(stream)
+        event.synchronize()
+        after = clock()
+        if best is None or after - before < best[2] - best[1]:
+            best = (event, before, after)
+    event, before, after = best
+    return event, (before + after) / 2
 
 
 def step_timer(executor: object) -> GpuTimer | None:

@@ -210,3 +210,24 @@ def test_drain_returns_fired_records_and_keeps_the_rest():
     assert [r.step for r in last] == list(range(6, 6 + len(last))) and len(last) > 0
     launched = [r.num_prefill_tokens + r.num_decode_seqs > 0 for r in last]
     assert [not math.isnan(r.gpu_ms) for r in last] == launched
+
+
+def test_a_host_preempted_while_anchoring_shifts_no_gpu_time():
+    """The anchor pairs an event with the host time it fired at. A host thread preempted between
+    recording it and reading the clock (0.5 s here) must not move every step's GPU times by as much:
+    the anchor takes the narrowest of a few windows. Device and host clocks agree (ms = offset + s)."""
+    device = FakeDevice()
+    reads = iter([100.0, 100.5, 100.6, 100.600002, 100.7, 100.700004])  # (before, after) per try
+
+    def host_clock() -> float:
+        now = next(reads)
+        device.now_ms = (now - 100.0) * 1e3 + 5.0
+        device.fired_until = device.now_ms  # an idle device: what is recorded fires at once
+        return now
+
+    timer = GpuTimer(4, new_event=lambda: FakeEvent(device), clock=host_clock)
+    step = timed_step(timer, device, start_ms=(100.9 - 100.0) * 1e3 + 5.0, end_ms=915.0, step=0)
+    device.fired_until = 915.0
+    timer.resolve()
+    assert step.gpu_start == pytest.approx(100.9, abs=1e-5)  # one window alone: 101.15
+    assert step.gpu_ms == pytest.approx(10.0)
