@@ -101,7 +101,7 @@ def nvml_reader(device: torch.device) -> Callable[[], Sample] | None:
         uuid = f"GPU-{torch.cuda.get_device_properties(device).uuid}".encode()
         if nvml.nvmlDeviceGetHandleByUUID(uuid, ctypes.byref(handle)) != 0:
             return None
-        # the reasons call was renamed in driver 535; older drivers have only the first name
+        # the reasons call was renamed in driver 535; older drivers know only its "Throttle" name
         reasons_call = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
         reasons_call = reasons_call or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
     except (OSError, AttributeError, RuntimeError, AssertionError):  # no driver; a CPU-only torch build
