@@ -18,6 +18,7 @@ from typing import Any
 
 from llmbench.config import RunConfig, load_config
 from llmbench.console import RunProgress
+from llmbench.gpu_clocks import merge_readings
 from llmbench.metrics import median_over_trials
 from llmbench.results import default_run_dir
 from llmbench.stats import bootstrap_median_ci, bootstrap_ratio_ci, ratio
@@ -244,13 +245,19 @@ def _entry(variant: Variant, done: list[dict[str, Any]]) -> dict[str, Any]:
         "name": variant.name,
         "toggles": variant.toggles,
         "metrics": median_over_trials([t["metrics"] for t in done]),
-        "steps": median_over_trials([t["steps"] for t in done]),
+        "steps": median_over_trials([t["steps"] for t in done]) | _clock(done),
         "run_dir": median_trial["run_dir"],  # the trial at the median throughput
         "intervals": {
             key: _interval([(t[section] or {}).get(key) for t in done]) for section, key in INTERVAL_METRICS
         },
         "trials": done,
     }
+
+
+def _clock(done: list[dict[str, Any]]) -> dict[str, Any]:
+    """The trials' GPU clocks pooled (a dict each: the median over trials would keep the first)."""
+    merged = merge_readings([(t["steps"] or {}).get("gpu_clock") for t in done])
+    return {"gpu_clock": merged} if merged else {}
 
 
 def _interval(values: list[float | None]) -> list[float] | None:

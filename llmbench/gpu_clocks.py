@@ -116,6 +116,20 @@ def nvml_reader(device: torch.device) -> Callable[[], Sample] | None:
     return read
 
 
+def merge_readings(readings: list[dict | None]) -> dict | None:
+    """Several runs' readings (an ablation variant's trials, of about equal length) as one: the median
+    of their median clocks, the mean of their limited shares, every limit seen; None without any."""
+    known = [r for r in readings if r]
+    if not known:
+        return None
+    seen = {name for r in known for name in r["limits"]}
+    return {
+        "sm_clock_mhz": statistics.median(r["sm_clock_mhz"] for r in known),
+        "limited_fraction": statistics.fmean(r["limited_fraction"] for r in known),
+        "limits": [name for name in LIMITS.values() if name in seen],
+    }
+
+
 def clock_reading(sampler: ClockSampler | None) -> dict | None:
     """The sampler's spans since its last take(), as a result file holds them (ClockSummary's fields),
     or None."""

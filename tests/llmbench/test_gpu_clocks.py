@@ -81,3 +81,32 @@ def test_the_run_table_and_the_report_show_a_run_s_clock_beside_its_ceiling_s():
     assert "1785 MHz, sw power cap 100% (GEMM ceiling at 1500 MHz, sw power cap 79%)" in text
     assert number(run, describe_key("gpu_clock").unit) == "1785 MHz, sw power cap 100%"
     assert describe_key("ceiling_gemm_clock").label == "GEMM ceiling's SM clock"
+
+
+def test_an_ablation_variant_pools_its_trials_clocks():
+    """Each trial of a variant is its own run with its own reading; the variant's steps hold them
+    pooled, not the first trial's (what a median over non-numbers keeps)."""
+    from llmbench.ablate import Variant, _entry
+
+    readings = [
+        {"sm_clock_mhz": 1500, "limited_fraction": 1.0, "limits": ["sw power cap"]},
+        {"sm_clock_mhz": 1980, "limited_fraction": 0.0, "limits": []},
+        {"sm_clock_mhz": 1700, "limited_fraction": 0.5, "limits": ["hw power brake", "sw power cap"]},
+    ]
+    done = [
+        {
+            "metrics": {"output_throughput": 100.0 + k},
+            "steps": {"mean_wait_ms": 1.0, "gpu_clock": r},
+            "run_dir": k,
+        }
+        for k, r in enumerate(readings)
+    ]
+    steps = _entry(Variant("all off", "00-all-off", {}), done)["steps"]
+    assert steps["gpu_clock"] == {
+        "sm_clock_mhz": 1700,
+        "limited_fraction": 0.5,
+        "limits": ["sw power cap", "hw power brake"],
+    }
+    assert steps["mean_wait_ms"] == 1.0
+    cpu_done = [{**t, "steps": {"mean_wait_ms": 1.0}} for t in done]
+    assert "gpu_clock" not in _entry(Variant("all off", "00-all-off", {}), cpu_done)["steps"]
