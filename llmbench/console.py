@@ -104,6 +104,12 @@ def metrics_table(summary: dict[str, Any]) -> Table:
                     f"{_fmt(serial)} ({steps['throughput_of_serial_bound']:.1%} reached)",
                 )
             )
+    kinds = [k for k in ("prefill", "decode") if steps.get(f"{k}_steps_of_bound") is not None]
+    if kinds:
+        parts = (
+            f"{k} {steps[k + '_steps_of_bound']:.1%} of {_fmt(steps[k + '_steps_gpu_s'])} s" for k in kinds
+        )
+        rows.append(("bound / GPU time by step kind", ", ".join(parts)))
     if steps.get("gpu_clock"):
         ceiling = describe_clock(steps.get("ceiling_gemm_clock"))
         clock = describe_clock(steps["gpu_clock"]) + (f" (GEMM ceiling at {ceiling})" if ceiling else "")

@@ -12,7 +12,13 @@ reach without running attention beside the matmuls.
 The window is the run's throughput's: the timed trials' steps against their output tokens and
 durations, pooled over trials. bound_output_throughput = output tokens / bound_s, and
 throughput_of_bound = achieved / bound = bound_s / duration_s; with one trial the achieved figure is
-exactly `metrics.output_throughput`."""
+exactly `metrics.output_throughput`.
+
+Where a run's time beyond its bound goes, by kind of step: the steps that ran a prompt token
+(`prefill_steps_*`: chunks, with the decodes riding along) and the decode-only ones (`decode_steps_*`),
+each the GPU time its steps took (their event spans) and their bound and serial bound over it. The
+throughput workload spends ~1.5 s in 8 prefill steps and ~1.3 s in 16 decode windows: which of the two
+holds the gap decides where work on it pays."""
 
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from llmbench.step_costs import StepCosts
+from llmbench.step_costs import StepCosts, gpu_seconds
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -69,6 +75,7 @@ def bound_summary(
         return {**summary, "bound_s": bound_s, "bound_unavailable": "no output tokens in the timed trials"}
     return {
         **summary,
+        **_by_step_kind(rows, bounds),
         "bound_s": bound_s,
         "bound_output_throughput": tokens / bound_s,
         "throughput_of_bound": bound_s / duration,
@@ -76,3 +83,23 @@ def bound_summary(
         "serial_bound_output_throughput": tokens / serial_s,
         "throughput_of_serial_bound": serial_s / duration,
     }
+
+
+def _by_step_kind(rows: Sequence[dict[str, Any]], bounds: list[tuple[float, float]]) -> dict[str, Any]:
+    """<kind>_steps_gpu_s, <kind>_steps_of_bound and <kind>_steps_of_serial_bound (bound / GPU time)
+    for kind prefill and decode, where the run has such steps; {} where a step has no GPU time."""
+    totals: dict[str, list[float]] = {}  # kind: [GPU s, bound s, serial bound s]
+    for row, (bound, serial) in zip(rows, bounds, strict=True):
+        gpu_s = gpu_seconds(row)
+        if gpu_s is None:
+            return {}
+        kind = totals.setdefault("prefill" if row["num_prefill_tokens"] else "decode", [0.0, 0.0, 0.0])
+        kind[0] += gpu_s
+        kind[1] += bound
+        kind[2] += serial
+    figures = {}
+    for kind, (gpu_s, bound, serial) in totals.items():
+        figures[f"{kind}_steps_gpu_s"] = gpu_s
+        figures[f"{kind}_steps_of_bound"] = bound / gpu_s
+        figures[f"{kind}_steps_of_serial_bound"] = serial / gpu_s
+    return figures

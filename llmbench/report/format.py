@@ -114,6 +114,13 @@ METRICS = {
 GPU_ONLY = re.compile(r"^(mean_gpu_ms|gpu_.*|num_gpu_.*|max_gpu_.*|mbu|mfu|peak.*)$")
 _LATENCY_KEY = re.compile(r"^(mean|median|std|min|max|p[0-9.]+)_(ttft|tpot|itl|e2el)_ms$")
 _IDLE_KEY = re.compile(r"^gpu_idle_during_(\w+)_ms$")
+_STEP_KIND_KEY = re.compile(r"^(prefill|decode)_steps_(gpu_s|of_bound|of_serial_bound)$")
+_STEP_KIND_FIGURE = {
+    "gpu_s": ("GPU time", "s", "the GPU time of the run's {kind} steps (their event spans)"),
+    "of_bound": ("fraction of bound", "%", "the {kind} steps' bound / their GPU time"),
+    "of_serial_bound": ("fraction of serial bound", "%", "the {kind} steps' serial bound / their GPU time"),
+}
+_STEP_KINDS = {"prefill": "prefill (any prompt token)", "decode": "decode-only"}
 
 
 def describe(key: str) -> Metric:
@@ -127,6 +134,11 @@ def describe(key: str) -> Metric:
         stat, name = match.groups()
         label, definition = LATENCY[name]
         return Metric(f"{label} {STATS.get(stat, stat)}", "ms", definition)
+    match = _STEP_KIND_KEY.match(key)
+    if match:
+        kind, figure = match.groups()
+        label, unit, definition = _STEP_KIND_FIGURE[figure]
+        return Metric(f"{kind.capitalize()} steps: {label}", unit, definition.format(kind=_STEP_KINDS[kind]))
     match = _IDLE_KEY.match(key)
     if match:
         phase = match.group(1).replace("_", " ")

@@ -134,3 +134,49 @@ def test_without_a_bound_the_summary_says_why():
     assert none["throughput_of_bound"] is None and none["bound_s"] > 0
     gone = bound_summary([step()], {"model": {"path": "/no/such/model"}}, UNIT, [trial(1, 1.0)])
     assert gone["bound_unavailable"] == "the model's shape cannot be read"
+
+
+def test_the_bound_is_split_between_prefill_and_decode_steps_by_their_gpu_time():
+    """Where the time beyond the bound goes: each kind of step's GPU time, and its bound over it."""
+    costs = measured_costs(LLAMA3_8B, H200)
+    rows = throughput_workload(8)
+    for r in rows:  # prefill steps at 190 ms, decode windows at 10.4 ms a forward
+        r["gpu_ms"] = 190.0 if r["num_prefill_tokens"] else 10.4 * r["num_steps"]
+    s = bound_summary(rows, LLAMA3_8B, H200, [trial(256 * 128, 2.9)])
+    prefill, decode = rows[:8], rows[8:]
+    assert s["prefill_steps_gpu_s"] == pytest.approx(8 * 0.19)
+    assert s["decode_steps_gpu_s"] == pytest.approx(127 * 0.0104)
+    assert s["prefill_steps_of_bound"] == pytest.approx(sum(map(costs.bound_s, prefill)) / (8 * 0.19))
+    assert s["decode_steps_of_bound"] == pytest.approx(sum(map(costs.bound_s, decode)) / (127 * 0.0104))
+    assert s["decode_steps_of_serial_bound"] == pytest.approx(
+        sum(map(costs.serial_bound_s, decode)) / (127 * 0.0104)
+    )
+    # at these times (and the issue's peaks) the decode windows hold the gap: 0.61 of their bound, the
+    # prefill steps 0.77
+    assert 0.55 < s["decode_steps_of_bound"] < 0.65 and 0.75 < s["prefill_steps_of_bound"] < 0.85
+    # a run without GPU times (the CPU) has neither kind's figures
+    del rows[3]["gpu_ms"]
+    assert not any(
+        k.startswith(("prefill_steps", "decode_steps"))
+        for k in bound_summary(rows, LLAMA3_8B, H200, [trial(1, 1)])
+    )
+
+
+def test_the_run_table_and_the_report_name_each_kind_of_step_s_share_of_its_bound():
+    from rich.console import Console
+
+    from llmbench.console import metrics_table
+    from llmbench.report.format import describe, number
+
+    steps = {"prefill_steps_gpu_s": 1.52, "prefill_steps_of_bound": 0.882, "decode_steps_gpu_s": 1.33}
+    steps["decode_steps_of_bound"] = 0.614
+    summary = {"name": "run", "complete": True, "metrics": {"completed": 1, "failed": 0}, "steps": steps}
+    console = Console(record=True, width=200)
+    console.print(metrics_table(summary))
+    assert "prefill 88.2% of 1.52 s, decode 61.4% of 1.33 s" in console.export_text()
+    label = describe("decode_steps_of_bound")
+    assert label.label == "Decode steps: fraction of bound" and number(0.614, label.unit) == "61.4%"
+    assert (
+        describe("prefill_steps_gpu_s").unit == "s"
+        and "prompt token" in describe("prefill_steps_gpu_s").definition
+    )
