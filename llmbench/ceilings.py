@@ -61,10 +61,20 @@ def measure_ceilings(
     } | ({"ceiling_gemm_clock": gemm_clock} if gemm_clock else {})
 
 
+def _no_local_model(config: RunConfig) -> str | None:
+    """Why no model runs in this process on the run's device, or None: the ceilings, the bound and the
+    clock all need the bundled engine running a real model."""
+    if config.backend.type != "bundled":
+        return f"backend.type {config.backend.type}: no engine step log"
+    if config.model.executor == "null":
+        return "model.executor null: no model runs, so its roofline does not apply"
+    return None
+
+
 def run_clock_sampler(config: RunConfig) -> ClockSampler | None:
     """A sampler of the GPU the bundled engine runs a real model on, or None (another backend's server
     may be elsewhere; a CPU or a device without NVML has no clock to read)."""
-    if config.backend.type != "bundled" or config.model.executor == "null":
+    if _no_local_model(config):
         return None
     device = resolve_device(config.model.device)
     read = nvml_reader(device) if device.type == "cuda" else None
@@ -80,10 +90,9 @@ def run_clocks(clocks: ClockSampler | None) -> dict[str, Any]:
 def run_ceilings(config: RunConfig, clocks: ClockSampler | None = None) -> dict[str, Any]:
     """The ceilings for a run's summary, or why it has no bound (`bound_unavailable`): the bound
     needs the bundled engine's step log and a model that really runs. `clocks`: run_clock_sampler's."""
-    if config.backend.type != "bundled":
-        return {"bound_unavailable": f"backend.type {config.backend.type}: no engine step log"}
-    if config.model.executor == "null":
-        return {"bound_unavailable": "model.executor null: no model runs, so its roofline does not apply"}
+    reason = _no_local_model(config)
+    if reason:
+        return {"bound_unavailable": reason}
     device = resolve_device(config.model.device)
     try:
         ceilings = measure_ceilings(device, resolve_dtype(config.model.dtype, device), clocks)
