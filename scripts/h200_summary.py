@@ -250,6 +250,16 @@ def reported(files: Files) -> list[dict[str, Any]]:
             "files": ["throughput_bound.json"],
         }
     )
+    for kind, label in (("prefill", "steps that ran a prompt token"), ("decode", "decode-only steps")):
+        rows.append(
+            {
+                "name": f"throughput workload, {label}: bound / their GPU time",
+                "value": steps.get(f"{kind}_steps_of_bound"),
+                "gpu_s": steps.get(f"{kind}_steps_gpu_s"),
+                "of_serial_bound": steps.get(f"{kind}_steps_of_serial_bound"),
+                "files": ["throughput_bound.json"],
+            }
+        )
     agreement = files.get("agreement.json")
     rows.append(
         {

@@ -154,6 +154,9 @@ def test_the_bound_is_split_between_prefill_and_decode_steps_by_their_gpu_time()
     # at these times (and the peaks) the decode windows hold the gap: 0.61 of their bound, the
     # prefill steps 0.77
     assert 0.55 < s["decode_steps_of_bound"] < 0.65 and 0.75 < s["prefill_steps_of_bound"] < 0.85
+    # a trial's last step ran no forward (it hands back the outputs): no GPU time, nothing to split
+    with_tail = bound_summary([*rows, step(forwards=1)], LLAMA3_8B, H200, [trial(256 * 128, 2.9)])
+    assert with_tail["decode_steps_of_bound"] == s["decode_steps_of_bound"]
     # a run without GPU times (the CPU) has neither kind's figures
     del rows[3]["gpu_ms"]
     assert not any(
