@@ -71,6 +71,15 @@ def measure_ceilings(dtype: torch.dtype, sampler: ClockSampler | None = None) ->
     return ceilings
 
 
+def sampler_and_ceilings(dtype: torch.dtype) -> tuple[ClockSampler | None, dict[str, Any]]:
+    """How a session of kernel timings begins (`llmbench kernels`, the H200 probe scripts): torch
+    seeded, a sampler of the SM clock where NVML can read it, and the ceilings measured with it."""
+    torch.manual_seed(0)
+    read = nvml_reader(torch.device("cuda"))
+    sampler = ClockSampler(read) if read is not None else None
+    return sampler, measure_ceilings(dtype, sampler)
+
+
 def time_case(case: Case, sampler: ClockSampler | None = None) -> tuple[float, int]:
     """(median microseconds per call, input sets rotated); the sampler, when given, runs over the
     timed replays only (not the inputs' creation or the capture, when the device idles)."""
@@ -102,10 +111,7 @@ def run_kernel_bench(dtype_name: str = "bf16") -> dict[str, Any]:
     if dtype_name not in DTYPES:
         raise KernelBenchError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype_name!r}")
     dtype = DTYPES[dtype_name]
-    torch.manual_seed(0)
-    read = nvml_reader(torch.device("cuda"))
-    sampler = ClockSampler(read) if read is not None else None
-    ceilings = measure_ceilings(dtype, sampler)
+    sampler, ceilings = sampler_and_ceilings(dtype)
     copy, gemm, clock = ceilings["copy_gb_per_s"], ceilings["gemm_tflop_per_s"], ceilings.get("gemm_clock")
     logger.info("ceilings: copy %.0f GB/s, GEMM %.0f TFLOP/s (%s)", copy, gemm, describe(clock))
     rows = []

@@ -30,8 +30,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels.activation import silu_and_mul
 from llmbench.env import command_line
-from llmbench.gpu_clocks import ClockSampler, clock_reading, nvml_reader
-from llmbench.kernel_bench import measure_ceilings, time_case
+from llmbench.gpu_clocks import clock_reading
+from llmbench.kernel_bench import sampler_and_ceilings, time_case
 from llmbench.kernel_cases import HIDDEN, INTERMEDIATE, Case, _randn
 
 
@@ -152,10 +152,7 @@ def max_error(rows: int, launch: tuple, dtype: torch.dtype) -> float:
 
 def main(out: Path) -> None:
     dtype = torch.bfloat16
-    torch.manual_seed(0)
-    read = nvml_reader(torch.device("cuda"))
-    sampler = ClockSampler(read) if read is not None else None
-    ceilings = measure_ceilings(dtype, sampler)
+    sampler, ceilings = sampler_and_ceilings(dtype)
     results = []
 
     def record(case: Case, launch: tuple | None, error: float | None) -> float:
