@@ -1,4 +1,4 @@
-"""Attention over the paged KV cache: decode (the inner loop it shares with prefill: kernels/paged_tiles.py).
+"""Attention over the paged KV cache: the shared inner loop, and decode.
 
 Decode: one query token per sequence. A program owns one (sequence, KV head, context partition) and
 serves all the query heads sharing that KV head, so each K/V block is read from memory once per KV
@@ -19,7 +19,6 @@ import triton
 import triton.language as tl
 
 from kernels import pdl
-from kernels.paged_tiles import _attend_whole_tiles, _online_softmax_step, _paged_offsets
 from kernels.pdl import wait_for_previous_kernel
 
 LOG2E = 1.4426950408889634
@@ -35,6 +34,27 @@ DECODE_LAUNCH = {"block_n": 64, "num_warps": 4, "num_stages": 3}
 # sequences, gained 0.9% in three interleaved pairs (results/h200/throughput_ab/).
 DECODE_LAUNCH_MANY = {"block_n": 32, "num_warps": 2, "num_stages": 2}
 MANY_PROGRAMS_PER_SM = 15
+
+
+@triton.jit
+def _online_softmax_step(q, k, v, acc, m, denom, qk_scale, mask):
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    s = tl.where(mask, s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, 1))
+    alpha = tl.exp2(m - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    denom = denom * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, denom
+
+
+@triton.jit
+def _paged_offsets(
+    block_table_row, offs_n, mask_n, kv_head_offset, offs_d, stride_block, stride_row, BLOCK_SIZE
+):
+    blocks = tl.load(block_table_row + offs_n // BLOCK_SIZE, mask=mask_n, other=0).to(tl.int64)
+    rows = offs_n % BLOCK_SIZE
+    return blocks[:, None] * stride_block + rows[:, None] * stride_row + kv_head_offset + offs_d[None, :]
 
 
 # Block-table width and split count vary between batches: no recompiles on their divisibility.
@@ -89,15 +109,7 @@ def _decode_kernel(
     acc = tl.zeros([BLOCK_G, HEAD_DIM], tl.float32)
     block_table_row = block_tables_ptr + seq * stride_table
     kv_head_offset = kv_head.to(tl.int64) * stride_head
-    # whole tiles unmasked, then the partition's last partial tile, if any, masked (an empty partition,
-    # hi <= lo, runs neither)
-    span = tl.maximum(hi - lo, 0)
-    whole_tiles_end = lo + span - span % BLOCK_N
-    acc, m, denom = _attend_whole_tiles(
-        q, acc, m, denom, qk_scale, k_cache_ptr, v_cache_ptr, block_table_row, kv_head_offset, offs_d,
-        stride_block, stride_row, lo, whole_tiles_end, BLOCK_SIZE, BLOCK_N,
-    )  # fmt: skip
-    for start in range(whole_tiles_end, hi, BLOCK_N):
+    for start in range(lo, hi, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
         mask_n = offs_n < hi
         kv_offs = _paged_offsets(

@@ -2,7 +2,8 @@
 `llmbench kernels` and the throughput workload's (256 sequences at 256-384 tokens of context): each
 timed as `llmbench kernels` times a case, the two versions in interleaved rounds, their outputs checked
 against each other (max abs error, bf16). The earlier version is a package `kernels_before` on the path
-given, made as scripts/h200_prefill_kernel_ab.py's docstring says:
+given, made as scripts/h200_prefill_kernel_ab.py's docstring says. results/h200/decode_kernel_ab.json
+timed the tree of 3db364a (the decode kernel's whole tiles unmasked, since reverted) against 3d33de8:
 
     python scripts/h200_decode_kernel_ab.py BEFORE_DIR results/h200/decode_kernel_ab.json
 """
