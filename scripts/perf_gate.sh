@@ -6,7 +6,8 @@
 #
 # --baseline  default: the commit named in results/baselines/ci/COMMIT (built in a git worktree)
 # --current   default: this checkout's working tree as it is; a commit is built in a worktree
-# --pairs     baseline/current run pairs (default 12)
+# --pairs     baseline/current run pairs a round (default 12); while the runs are too noisy to catch twice
+#             the threshold, another round, up to three
 # --threshold the slowdown that fails (default 10%, chosen from measured A/A noise: README, "Regression
 #             gate"); the gate also fails when its trials are too noisy to catch twice that
 # --keep DIR  copy the verdicts (verdicts.json) there

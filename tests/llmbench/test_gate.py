@@ -18,7 +18,15 @@ from llmbench.compare import (
     has_regression,
     parse_metric_spec,
 )
-from llmbench.gate import fastest_step_mean, judge, measure, side_costs, step_cpu_ms
+from llmbench.gate import (
+    MAX_ROUNDS,
+    fastest_step_mean,
+    judge,
+    measure,
+    measure_and_judge,
+    side_costs,
+    step_cpu_ms,
+)
 from tests.llmbench.conftest import NULL_RUN
 
 ROOT = Path(__file__).parents[2]
@@ -85,6 +93,43 @@ def test_measure_alternates_the_sides_with_each_trees_own_code(tmp_path):
     order = sorted(started, key=started.get)
     assert [p.parent.name for p in order] == ["baseline", "current", "current", "baseline"]
     assert all(step_cpu_ms(p)[0].size > 0 for p in order)
+    # a later round numbers on, beside the first round's runs
+    trees = {"baseline": ROOT, "current": ROOT}
+    later = measure(trees, str(config), pairs=1, work=tmp_path / "work", first=2)
+    assert [p.name for p in later["current"]] == ["02"] and (tmp_path / "work" / "current" / "00").is_dir()
+
+
+def test_a_gate_too_noisy_to_decide_measures_another_round_and_a_decided_one_stops(tmp_path):
+    check = parse_metric_spec("steps.mean_cpu_ms_per_step:10%")
+    noisy, quiet = [0.070, 0.140, 0.140, 0.140], [0.070] * 4  # ms a step of each run in a round
+
+    def rounds(name: str, plan: list[list[float]]):
+        """measure_round for rounds of 4 runs a side, the same code on both, at the plan's costs."""
+        asked, work = [], tmp_path / name
+
+        def measure_round(first: int) -> dict[str, list[Path]]:
+            costs = plan[len(asked)]
+            asked.append(first)
+            return {
+                side: [fake_run(work / side / f"{first + k:02d}", [ms] * 50) for k, ms in enumerate(costs)]
+                for side in ("baseline", "current")
+            }
+
+        return measure_round, asked
+
+    # a half of a noisy round's runs may miss its one undisturbed run: either side reads 2x, unresolved;
+    # a quiet round after it resolves, judged with all 8 runs a side
+    measure_round, asked = rounds("settles", [noisy, quiet])
+    runs, (verdict,) = measure_and_judge(measure_round, check)
+    assert asked == [0, 4] and verdict.trials == (8, 8) and verdict.verdict == OK
+    assert [p.name for p in runs["current"]] == [f"{k:02d}" for k in range(8)]
+    # noisy throughout: MAX_ROUNDS rounds, then not enough trials
+    measure_round, asked = rounds("stays noisy", [noisy] * MAX_ROUNDS)
+    _, (verdict,) = measure_and_judge(measure_round, check)
+    assert asked == [4 * k for k in range(MAX_ROUNDS)] and verdict.verdict == NOT_ENOUGH
+    # decided at once: one round
+    measure_round, asked = rounds("quiet", [quiet])
+    assert measure_and_judge(measure_round, check)[1][0].verdict == OK and asked == [0]
 
 
 @pytest.mark.parametrize(
