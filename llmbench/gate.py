@@ -210,7 +210,7 @@ def main() -> None:
     parser.add_argument("current", type=Path, help="tree whose code is judged")
     parser.add_argument("work", type=Path, help="directory for the runs")
     parser.add_argument("--config", default="configs/ci.yaml", help="each tree's own config at this path")
-    parser.add_argument("--pairs", type=int, default=12)
+    parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--threshold", default="10%", help="slowdown that fails: 10%% or 0.1")
     parser.add_argument("--json", type=Path, help="write the verdicts here")
     args = parser.parse_args()

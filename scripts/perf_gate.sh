@@ -6,7 +6,7 @@
 #
 # --baseline  default: the commit named in results/baselines/ci/COMMIT (built in a git worktree)
 # --current   default: this checkout's working tree as it is; a commit is built in a worktree
-# --pairs     baseline/current run pairs a round (default 12); while the runs are too noisy to catch twice
+# --pairs     baseline/current run pairs a round (default 20); while the runs are too noisy to catch twice
 #             the threshold, another round, up to three
 # --threshold the slowdown that fails (default 10%, chosen from measured A/A noise: README, "Regression
 #             gate"); the gate also fails when its trials are too noisy to catch twice that
@@ -31,7 +31,7 @@ fail_usage() {
 }
 
 root="$(git -C "$(dirname "$0")" rev-parse --show-toplevel 2>/dev/null)" || fail_usage "not inside a git clone"
-baseline="" current="" pairs=12 threshold=10% keep=""
+baseline="" current="" pairs=20 threshold=10% keep=""
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || usage
     case "$1" in

@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--aa", type=int, default=40, help="A/A gates")
     parser.add_argument("--injected", type=int, default=20, help="gates with the slowdown injected")
     parser.add_argument("--slowdown", type=float, default=0.2, help="injected fraction of CPU ms per step")
-    parser.add_argument("--pairs", type=int, default=12)
+    parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--threshold", default="10%")
     parser.add_argument("--commit", default="HEAD", help="the code on both sides")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "cpu" / "perf_gate_calibration.json")
