@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from llmbench.step_costs import StepCosts, gpu_seconds
+from llmbench.step_costs import StepCosts, gpu_seconds, ran_forward
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -88,11 +88,11 @@ def bound_summary(
 def _by_step_kind(rows: Sequence[dict[str, Any]], bounds: list[tuple[float, float]]) -> dict[str, Any]:
     """<kind>_steps_gpu_s, <kind>_steps_of_bound and <kind>_steps_of_serial_bound (bound / GPU time)
     for kind prefill and decode, where the run has such steps; {} where a step that ran a forward has no
-    GPU time. A step that ran none (a trial's last, which only hands back the outputs) has neither GPU
-    time nor a bound, and is left out."""
+    GPU time. A step that ran none (step_costs.ran_forward) has neither GPU time nor a bound, and is
+    left out."""
     totals: dict[str, list[float]] = {}  # kind: [GPU s, bound s, serial bound s]
     for row, (bound, serial) in zip(rows, bounds, strict=True):
-        if not row["num_prefill_tokens"] and not row["num_decode_seqs"]:
+        if not ran_forward(row):
             continue
         gpu_s = gpu_seconds(row)
         if gpu_s is None:

@@ -105,7 +105,7 @@ class StepCosts:
 
     def bounds_s(self, row: dict[str, Any]) -> tuple[float, float] | None:
         """(bound_s, serial_bound_s) of a step from one count of its bytes and FLOPs."""
-        if not row["num_prefill_tokens"] and not row["num_decode_seqs"]:
+        if not ran_forward(row):
             return 0.0, 0.0
         parts = self.step_parts(row)
         if parts is None:
@@ -140,6 +140,12 @@ def _prompt_pairs(row: dict[str, Any]) -> float:
 def is_missing(value: Any) -> bool:
     """None, NaN, or an empty steps.csv cell."""
     return not isinstance(value, numbers.Real) or math.isnan(value)
+
+
+def ran_forward(row: dict[str, Any]) -> bool:
+    """Whether a step ran any sequence through the model; a trial's last step may only hand back the
+    outputs of the one before, with no GPU work and no bound of its own."""
+    return bool(row["num_prefill_tokens"] or row["num_decode_seqs"])
 
 
 def gpu_seconds(row: dict[str, Any]) -> float | None:
