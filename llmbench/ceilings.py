@@ -19,7 +19,7 @@ import torch
 
 from engine.loader import resolve_device, resolve_dtype
 from llmbench.config import RunConfig
-from llmbench.gpu_clocks import ClockSampler, clock_reading, nvml_reader
+from llmbench.gpu_clocks import ClockSampler, clock_reading, device_sampler
 
 logger = logging.getLogger(__name__)
 
@@ -76,9 +76,7 @@ def run_clock_sampler(config: RunConfig) -> ClockSampler | None:
     may be elsewhere; a CPU or a device without NVML has no clock to read)."""
     if _no_local_model(config):
         return None
-    device = resolve_device(config.model.device)
-    read = nvml_reader(device) if device.type == "cuda" else None
-    return ClockSampler(read, RUN_CLOCK_INTERVAL_S) if read is not None else None
+    return device_sampler(resolve_device(config.model.device), RUN_CLOCK_INTERVAL_S)
 
 
 def run_clocks(clocks: ClockSampler | None) -> dict[str, Any]:

@@ -116,6 +116,13 @@ def nvml_reader(device: torch.device) -> Callable[[], Sample] | None:
     return read
 
 
+def device_sampler(device: torch.device, interval_s: float = SAMPLE_INTERVAL_S) -> ClockSampler | None:
+    """A sampler of the device's SM clock every interval_s, or None where there is none to read (not
+    an NVIDIA GPU, no NVML)."""
+    read = nvml_reader(device) if device.type == "cuda" else None
+    return ClockSampler(read, interval_s) if read is not None else None
+
+
 def merge_readings(readings: list[dict | None]) -> dict | None:
     """Several runs' readings (an ablation variant's trials, of about equal length) as one: the median
     of their median clocks, the mean of their limited shares, every limit seen; None without any."""

@@ -21,7 +21,7 @@ import triton
 from rich.table import Table
 from triton.testing import do_bench
 
-from llmbench.gpu_clocks import ClockSampler, clock_reading, describe, nvml_reader
+from llmbench.gpu_clocks import ClockSampler, clock_reading, describe, device_sampler
 from llmbench.kernel_cases import BLOCK_SIZE, Case, all_cases
 
 logger = logging.getLogger(__name__)
@@ -75,8 +75,7 @@ def sampler_and_ceilings(dtype: torch.dtype) -> tuple[ClockSampler | None, dict[
     """How a session of kernel timings begins (`llmbench kernels`, the H200 probe scripts): torch
     seeded, a sampler of the SM clock where NVML can read it, and the ceilings measured with it."""
     torch.manual_seed(0)
-    read = nvml_reader(torch.device("cuda"))
-    sampler = ClockSampler(read) if read is not None else None
+    sampler = device_sampler(torch.device("cuda"))
     return sampler, measure_ceilings(dtype, sampler)
 
 
@@ -127,12 +126,14 @@ def run_kernel_bench(dtype_name: str = "bf16") -> dict[str, Any]:
         achieved = case.work / us / (1e3 if case.bound == "memory" else 1e6)
         ceiling = ceilings["copy_gb_per_s" if case.bound == "memory" else "gemm_tflop_per_s"]
         fraction = achieved / ceiling
-        timing = KernelTiming(case.kernel, case.shape, us, case.bound, achieved, fraction, sets, case.target)
-        timing.clock = clock_reading(sampler)
+        clock = clock_reading(sampler)
+        timing = KernelTiming(
+            case.kernel, case.shape, us, case.bound, achieved, fraction, sets, case.target, clock
+        )
         rows.append(timing)
         logger.info(
             "%s %s: %.1f us, %.0f%% of ceiling (%s)",
-            *(case.kernel, case.shape, us, 100 * fraction, describe(timing.clock)),
+            *(case.kernel, case.shape, us, 100 * fraction, describe(clock)),
         )
         torch.cuda.empty_cache()
     return {

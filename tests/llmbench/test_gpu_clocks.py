@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from llmbench.gpu_clocks import ClockSampler, clock_reading, describe, nvml_reader, summarize
+from llmbench.gpu_clocks import ClockSampler, clock_reading, describe, device_sampler, nvml_reader, summarize
 
 
 def test_summary_takes_the_median_clock_and_the_share_of_samples_held_down():
@@ -53,6 +53,11 @@ def test_a_reading_without_limits_or_without_nvml_describes_itself():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
 def test_no_reader_without_a_gpu():
     assert nvml_reader(torch.device("cuda")) is None
+    assert device_sampler(torch.device("cuda")) is None
+
+
+def test_a_cpu_has_no_clock_sampler():
+    assert device_sampler(torch.device("cpu")) is None
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU and its driver")
