@@ -13,8 +13,8 @@ order every run), so each side's figure is the mean over steps of the lower quar
 each step: the interruptions, which hit a few runs at any one step, fall out, every step keeps its
 weight, and a slowdown of all steps, or of some, moves it by exactly its share of the mean. The
 quartile, not the fastest run: the machine's speed also drifts through a gate (on the 2-core project
-machine the first runs after a pause were 15% faster than the rest), and the fastest runs are then the
-first few, one side's more than the other's; a quartile of runs that alternate sits well inside the
+machine the first runs after a pause were the fastest), and the fastest runs are then the first few,
+one side's more than the other's; a quartile of runs that alternate sits well inside the
 gate for both sides. Not the median either: where interruptions are frequent, a half of the runs may
 hold several interrupted ones at a step. Its interval comes from random halves of the side's runs."""
 
