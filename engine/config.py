@@ -26,7 +26,7 @@ DTYPES = ("float32", "bfloat16", "float16", "auto")
 DEVICES = ("cpu", "cuda", "auto")
 EXECUTORS = ("model", "null")
 ATTENTION_BACKENDS = ("torch", "triton", "auto")
-PREFILL_ATTENTIONS = ("paged", "sdpa")
+PREFILL_ATTENTIONS = ("paged", "sdpa", "flash")
 
 
 @dataclass
@@ -103,8 +103,9 @@ class EngineConfig:
     cuda_graph_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, *range(16, 257, 16)])
     attention_backend: str = "auto"  # auto: triton on cuda, torch on cpu
     # sdpa: a step's sequences with no cached prefix (chunk at position 0) attend to their own K/V through
-    # torch's SDPA (cuDNN on Hopper), the rest through the paged kernel. A field of its own, not an
-    # attention_backend value: it pairs with either backend (the torch one tests it on the CPU)
+    # torch's SDPA (cuDNN on Hopper), the rest through the paged kernel. flash: every chunk through
+    # FlashAttention-4 (the optional flash-attn-4 package; Hopper or later, bf16/fp16). A field of its
+    # own, not an attention_backend value: it pairs with either backend (decodes stay on the backend's)
     prefill_attention: str = "paged"
     dependent_launch: bool = True  # Triton kernels on Hopper and later: programmatic dependent launch
     tensor_parallel_size: int = 1  # ranks the weights are split over, one process each

@@ -8,7 +8,6 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import replace
-from types import ModuleType
 
 import numpy as np
 import torch
@@ -18,7 +17,8 @@ from engine.config import EngineConfig
 from engine.cuda_graphs import DecodeGraphs, graph_bucket
 from engine.in_flight import ForwardTokens
 from engine.input_batch import InputBuffers
-from engine.loader import load_model, model_shape, resolve_device, resolve_max_model_len
+from engine.kernel_choice import checked_ops
+from engine.loader import load_model, resolve_device, resolve_max_model_len
 from engine.models.llama import Group, KVCache
 from engine.nvtx_ranges import nvtx_ranges, phase_range
 from engine.parallel.group import LOCAL
@@ -26,29 +26,13 @@ from engine.request import SamplingParams
 from engine.sampler import Sampler
 from engine.step_layout import ModelInput
 from engine.token_readback import TokenReadback
-from kernels import pdl, reference
+from kernels import flash_attention, pdl
 from kernels.attention_split import plan_attention_split, sdpa_backends
 
 logger = logging.getLogger(__name__)
 
 CPU_KV_TOKENS_PER_SEQ = 2048  # CPU pool default: this many tokens per sequence slot ...
 CPU_KV_MAX_BYTES = 1 << 30  # ... capped at 1 GiB
-
-
-def select_ops(backend: str, device: torch.device) -> ModuleType:
-    """The op backend for config.attention_backend ("auto": Triton on CUDA, torch elsewhere)."""
-    if backend == "auto":
-        backend = "triton" if device.type == "cuda" else "torch"
-    if backend == "torch":
-        return reference
-    if device.type != "cuda" and not os.environ.get("TRITON_INTERPRET"):
-        raise ValueError("engine.attention_backend is 'triton' but Triton kernels need a CUDA device")
-    try:
-        from kernels import triton_ops
-    except ImportError as e:
-        logger.warning("Triton kernels unavailable (%s); using the torch backend", e)
-        return reference
-    return triton_ops
 
 
 class ModelRunner:
@@ -60,15 +44,8 @@ class ModelRunner:
         self.group = group
         self.block_size = config.block_size
         self.device = resolve_device(config.model.device)
-        ops = select_ops(config.attention_backend, self.device)
+        ops = checked_ops(config, self.device)
         pdl.set_enabled(config.dependent_launch)  # before any kernel runs or a graph is captured
-        head_dim = model_shape(config.model).head_dim
-        if ops is not reference and head_dim & (head_dim - 1):
-            # the Triton kernels tile a head in one power-of-two block
-            raise ValueError(
-                f"engine.attention_backend 'triton' needs a power-of-two head dimension, the model's is "
-                f"{head_dim}; use attention_backend: torch"
-            )
         self.model = load_model(config.model, ops, group)
         self.shape = self.model.shape
         self.dtype = self.model.embed_tokens.weight.dtype
@@ -91,6 +68,9 @@ class ModelRunner:
             self.block_size,
             self.num_blocks * self._block_bytes() / 2**30,
         )
+        if config.prefill_attention == "flash":  # compiled now: a compile in a timed run stalls it
+            num_heads = self.model.layers[0].self_attn.num_heads  # this rank's
+            flash_attention.compile_variants(*self.kv_caches[0], num_heads, config.max_num_seqs)
         if config.cuda_graphs:
             self.graphs = self._capture_graphs()
 
@@ -153,9 +133,12 @@ class ModelRunner:
                 return self.graphs.run(inputs)[0]
             attn, backends = inputs.attn, nullcontext()
             if not attn.decode_only:
-                sdpa = self.config.prefill_attention == "sdpa"
                 split = plan_attention_split(
-                    *self._host_lens(inputs), attn.block_tables, attn.seq_lens, sdpa, self.block_size
+                    *self._host_lens(inputs),
+                    attn.block_tables,
+                    attn.seq_lens,
+                    self.config.prefill_attention,
+                    self.block_size,
                 )
                 if split is not None:
                     attn = replace(attn, split=split)

@@ -12,21 +12,27 @@ position 0 (no cached prefix, no earlier chunk) attends to that chunk's own K/V 
 scaled_dot_product_attention can compute it from the freshly projected k and v, contiguous and unpaged:
 cuDNN's kernel on Hopper, 1.7-1.9x our paged kernel on the prefill shapes of `llmbench kernels`.
 
-Every other sequence (chunks after a cached prefix or an earlier chunk) goes to the op backend's paged
-prefill kernel in one launch. Every token's K/V is still written to the paged cache, where later chunks
-and decodes read it."""
+FlashAttention-4 for every chunk (prefill_attention: flash, kernels/flash_attention.py). Fresh prompts
+of any mix of lengths in one launch on their own K/V, every other chunk in one more on the paged cache.
+
+Otherwise every other sequence (chunks after a cached prefix or an earlier chunk) goes to the op
+backend's paged prefill kernel in one launch. Every token's K/V is still written to the paged cache,
+where later chunks and decodes read it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from functools import partial
 from types import ModuleType
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from kernels import flash_attention
 
 # cuDNN first (the fastest on Hopper); flash and memory-efficient take shapes cuDNN refuses; math is
 # the CPU's and the last resort. All four take grouped KV heads (enable_gqa; cuDNN since torch 2.8)
@@ -72,6 +78,13 @@ class SdpaGroup:
 
 
 @dataclass
+class FreshPart:  # prefill_attention flash: every fresh prompt, one varlen call on its own K/V
+    rows: Rows
+    query_start: torch.Tensor  # [n + 1] int32 row offsets within `rows`
+    max_len: int
+
+
+@dataclass
 class DecodePart:
     rows: Rows  # the one token row of each decode
     block_tables: torch.Tensor
@@ -84,13 +97,21 @@ class PagedPart:
     block_tables: torch.Tensor
     seq_lens: torch.Tensor
     query_start: torch.Tensor  # [n + 1] int32 row offsets within `rows`
+    max_query_len: int
 
 
 @dataclass
 class AttentionSplit:
     groups: list[SdpaGroup]
     decodes: DecodePart | None  # None: the decodes (if any) ride in the paged part
-    paged: PagedPart | None  # None when the groups and decodes hold every sequence of the step
+    paged: PagedPart | None  # None when the other parts hold every sequence of the step
+    fresh: FreshPart | None = None
+    flash: bool = False  # the paged part by FlashAttention-4, not the op backend's kernel
+
+    @property
+    def needs_own_kv(self) -> bool:
+        """A part reads the step's rotated k and v, not only the cache."""
+        return bool(self.groups) or self.fresh is not None
 
 
 def _selection(indices: np.ndarray) -> slice | np.ndarray:
@@ -121,22 +142,28 @@ def plan_attention_split(
     seq_lens: np.ndarray,
     block_tables: torch.Tensor,
     device_seq_lens: torch.Tensor,
-    sdpa: bool,
+    prefill_attention: str,
     block_size: int,
 ) -> AttentionSplit | None:
     """The split of one forward (not decode-only) from its host-side row offsets [B + 1] and lengths
-    [B], with each part's rows of the step's block tables and lengths (on the device); sdpa: give fresh
-    prompts to SDPA. None when nothing qualifies (the paged prefill kernel then serves the whole step).
+    [B], with each part's rows of the step's block tables and lengths (on the device), for
+    EngineConfig.prefill_attention. None when nothing qualifies (the op backend's paged prefill kernel
+    then serves the whole step; never with flash, whose kernels serve every chunk).
     The paged part's tables are cut to its own longest sequence: the prefill kernel chooses its launch
     by their width, which a long decode sent to the decode kernel must not set. Index tensors travel
     to the device in one non-blocking copy."""
     q_lens = np.diff(query_start)
     served = np.zeros(len(q_lens), dtype=bool)
     specs, selections = [], []
-    for length, seqs in _sdpa_groups(q_lens, seq_lens) if sdpa else []:
+    for length, seqs in _sdpa_groups(q_lens, seq_lens) if prefill_attention == "sdpa" else []:
         served[seqs] = True
         specs.append((length, len(seqs)))
         selections.append(_selection(_token_rows(query_start, seqs)))
+    flash = prefill_attention == "flash"
+    fresh_seqs = np.flatnonzero(seq_lens == q_lens) if flash else np.array([], dtype=np.int64)
+    if len(fresh_seqs):
+        served[fresh_seqs] = True
+        selections += [_selection(_token_rows(query_start, fresh_seqs)), _offsets(q_lens[fresh_seqs])]
     decode_seqs = np.flatnonzero((q_lens == 1) & ~served)
     split_decodes = len(decode_seqs) >= DECODE_MIN_SEQS
     if split_decodes:
@@ -145,28 +172,33 @@ def plan_attention_split(
         # be a pointer Triton has not compiled the kernels for (16-byte alignment), a new variant
         # mid-run; the gathered copies are a few hundred integers
         selections += [_selection(query_start[decode_seqs]), decode_seqs]
-    if not specs and not split_decodes:
+    if not specs and not split_decodes and not flash:
         return None
     paged_seqs = np.flatnonzero(~served)
     if len(paged_seqs):
-        paged_lens = q_lens[paged_seqs]
         selections.append(_selection(_token_rows(query_start, paged_seqs)))
-        selections += [paged_seqs, np.concatenate(([0], np.cumsum(paged_lens)))]
+        selections += [paged_seqs, _offsets(q_lens[paged_seqs])]
     on_device = iter(_send(selections, block_tables.device))
 
     def rows_of(seqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return block_tables.index_select(0, seqs), device_seq_lens.index_select(0, seqs)
 
     groups = [SdpaGroup(length, count, next(on_device)) for length, count in specs]
+    fresh_max = int(q_lens[fresh_seqs].max()) if len(fresh_seqs) else 0
+    fresh = FreshPart(next(on_device), next(on_device), fresh_max) if len(fresh_seqs) else None
     decodes = DecodePart(next(on_device), *rows_of(next(on_device))) if split_decodes else None
     if len(paged_seqs):
         rows, seqs, starts = on_device
         tables, lens = rows_of(seqs)
         width = -(-int(seq_lens[paged_seqs].max()) // block_size)
-        paged = PagedPart(rows, tables[:, :width], lens, starts)
+        paged = PagedPart(rows, tables[:, :width], lens, starts, int(q_lens[paged_seqs].max()))
     else:
         paged = None
-    return AttentionSplit(groups, decodes, paged)
+    return AttentionSplit(groups, decodes, paged, fresh, flash)
+
+
+def _offsets(lens: np.ndarray) -> np.ndarray:
+    return np.concatenate(([0], np.cumsum(lens)))
 
 
 def _send(selections: list[slice | np.ndarray], device: torch.device) -> list[Rows]:
@@ -214,28 +246,41 @@ def split_attention(
     scale: float,
     ops: ModuleType,
 ) -> torch.Tensor:
-    """q [T, Hq, D] and, when the split has SDPA groups, this step's own k, v [T, Hkv, D] (already
-    written to the cache) -> [T, Hq, D]: each group by SDPA on its own K/V, the decodes by
-    ops.paged_decode_attention and the rest by ops.paged_prefill_attention, both on the cache. Runs
-    inside sdpa_backends() when there are groups; the caller enters it once for the whole forward."""
-    if split.paged is None and split.decodes is None and len(split.groups) == 1:  # no scatter
-        return _causal_sdpa(q, k, v, split.groups[0].count, scale)
+    """q [T, Hq, D] and, when the split needs_own_kv, this step's own k, v [T, Hkv, D] (already written
+    to the cache) -> [T, Hq, D]: each SDPA group on its own K/V, the fresh part by FlashAttention-4 on
+    its own K/V, the decodes by ops.paged_decode_attention and the rest by the paged kernel of the
+    split (FlashAttention-4's or ops.paged_prefill_attention), both on the cache. Runs inside
+    sdpa_backends() when there are groups; the caller enters it once for the whole forward."""
+    if split.paged is None and split.decodes is None and split.fresh is None and len(split.groups) == 1:
+        return _causal_sdpa(q, k, v, split.groups[0].count, scale)  # no scatter
+    launches = []  # (rows, kernel, args): the parts of one launch each
+    if (part := split.fresh) is not None:
+        rows = part.rows
+        args = (_take(q, rows), _take(k, rows), _take(v, rows), part.query_start, part.max_len, scale)
+        launches.append((rows, flash_attention.fresh_prompt_attention, args))
+    if (part := split.decodes) is not None:
+        args = (_take(q, part.rows), k_cache, v_cache, part.block_tables, part.seq_lens, scale)
+        launches.append((part.rows, ops.paged_decode_attention, args))
+    if (part := split.paged) is not None:
+        kernel = ops.paged_prefill_attention
+        if split.flash:
+            kernel = partial(flash_attention.paged_prefill_attention, max_query_len=part.max_query_len)
+        args = (_take(q, part.rows), k_cache, v_cache, part.block_tables, part.query_start, part.seq_lens)
+        launches.append((part.rows, kernel, (*args, scale)))
+    if not split.groups and len(launches) == 1:  # one part holds every row: its result is the output
+        _, kernel, args = launches[0]
+        return kernel(*args)
     out = torch.empty_like(q)
     for group in split.groups:
         rows = group.rows
         out[rows] = _causal_sdpa(_take(q, rows), _take(k, rows), _take(v, rows), group.count, scale)
-    if (part := split.decodes) is not None:
-        args = (_take(q, part.rows), k_cache, v_cache, part.block_tables, part.seq_lens, scale)
-        _into(out, part.rows, ops.paged_decode_attention, args)
-    if (part := split.paged) is not None:
-        tables, starts, lens = part.block_tables, part.query_start, part.seq_lens
-        args = (_take(q, part.rows), k_cache, v_cache, tables, starts, lens, scale)
-        _into(out, part.rows, ops.paged_prefill_attention, args)
+    for rows, kernel, args in launches:
+        _into(out, rows, kernel, args)
     return out
 
 
 def _into(out: torch.Tensor, rows: Rows, kernel: Callable[..., torch.Tensor], args: tuple) -> None:
-    """A paged kernel's result into its rows of `out`: written in place when the rows are a run (one
+    """A part's result into its rows of `out`: written in place when the rows are a run (one
     launch fewer a layer than a scatter), scattered otherwise."""
     if isinstance(rows, slice):
         kernel(*args, out=out[rows])

@@ -35,10 +35,10 @@ def attention_cases(dtype: torch.dtype) -> list[Case]:
     for decodes in DECODES:
         if decodes:
             cases.append(mixed_paged_case(PROMPTS, PROMPT_TOKENS, decodes, dtype))
-            cases.append(split_case(PROMPTS, PROMPT_TOKENS, dtype, decodes, sdpa=False))
+            cases.append(split_case(PROMPTS, PROMPT_TOKENS, dtype, decodes, "paged"))
         else:
             cases.append(prefill_case(PROMPTS, PROMPT_TOKENS, 0, dtype))
-        cases.append(split_case(PROMPTS, PROMPT_TOKENS, dtype, decodes, sdpa=True))
+        cases.append(split_case(PROMPTS, PROMPT_TOKENS, dtype, decodes, "sdpa"))
     return cases
 
 

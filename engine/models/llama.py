@@ -103,8 +103,8 @@ class Attention(nn.Module):
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         k_cache, v_cache = kv_cache
         split = attn.split
-        if split is not None and split.groups:
-            # SDPA reads this step's rotated k, which the fused RoPE + KV write never materializes
+        if split is not None and split.needs_own_kv:
+            # a part reads this step's rotated k, which the fused RoPE + KV write never materializes
             q, k = ops.rotary_embedding(positions, q, k, cos_sin_cache, self.head_dim)
             q, k, v = (t.view(t.shape[0], -1, self.head_dim) for t in (q, k, v))
             ops.write_kv(k, v, k_cache, v_cache, attn.slot_mapping)

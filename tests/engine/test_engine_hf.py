@@ -10,8 +10,9 @@ import torch
 from engine.batch import ScheduledBatch, ScheduledSeq
 from engine.check import assert_engine_empty
 from engine.config import EngineConfig, ModelConfig
+from engine.kernel_choice import select_ops
 from engine.llm_engine import LLMEngine
-from engine.model_runner import ModelRunner, select_ops
+from engine.model_runner import ModelRunner
 from engine.request import SamplingParams
 from kernels import reference, triton_ops
 from tests.engine.test_model_hf import VARIANTS, hf_model

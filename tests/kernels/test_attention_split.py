@@ -35,10 +35,10 @@ def _step(q_lens, cached, num_heads=4, num_kv_heads=2, head_dim=16, block_size=4
     return q, k, v, k_cache, v_cache, tables, query_start, np.array(seq_lens)
 
 
-def _split_and_reference(ops, q_lens, cached, sdpa=True, **shape):
+def _split_and_reference(ops, q_lens, cached, prefill_attention="sdpa", **shape):
     q, k, v, k_cache, v_cache, tables, query_start, seq_lens = _step(q_lens, cached, **shape)
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
-    split = plan_attention_split(query_start, seq_lens, tables, lens, sdpa, k_cache.shape[1])
+    split = plan_attention_split(query_start, seq_lens, tables, lens, prefill_attention, k_cache.shape[1])
     assert split is not None
     scale = q.shape[-1] ** -0.5
     with sdpa_backends():
@@ -71,14 +71,14 @@ def test_split_with_the_triton_paged_kernel_matches_reference(monkeypatch):
     torch.testing.assert_close(got, want, atol=FP32_TOL, rtol=FP32_TOL)
 
 
-def _plan(q_lens, cached, sdpa=True, block_size=16):
+def _plan(q_lens, cached, prefill_attention="sdpa", block_size=16):
     """The plan on the CPU, with a device length tensor holding each sequence's index, so that a
     part's gathered lengths (.seq_lens) name its sequences; block tables as wide as the longest."""
     seq_lens = np.array(q_lens) + np.array(cached)
     starts = np.concatenate(([0], np.cumsum(q_lens)))
     index = torch.arange(len(q_lens), dtype=torch.int32)
     tables = index[:, None].repeat(1, -(-int(seq_lens.max()) // block_size))
-    split = plan_attention_split(starts, seq_lens, tables, index, sdpa, block_size)
+    split = plan_attention_split(starts, seq_lens, tables, index, prefill_attention, block_size)
     for part in (split.decodes, split.paged) if split else ():
         assert part is None or part.block_tables[:, 0].tolist() == part.seq_lens.tolist()
     return split
@@ -87,7 +87,7 @@ def _plan(q_lens, cached, sdpa=True, block_size=16):
 def test_plan_cuts_the_paged_tables_to_the_paged_sequences_longest():
     # eight decodes at up to 4,000 tokens go to the decode kernel; the chunks left to the paged kernel
     # reach 70 tokens, so its tables (and the launch it chooses by their width) cover 5 blocks of 16
-    split = _plan([1] * 8 + [20, 30], [4000 - 1] + [100] * 7 + [50, 0], sdpa=False)
+    split = _plan([1] * 8 + [20, 30], [4000 - 1] + [100] * 7 + [50, 0], prefill_attention="paged")
     assert split.decodes.block_tables.shape[1] == 250
     assert split.paged.block_tables.shape[1] == 5
 
@@ -138,16 +138,16 @@ def test_plan_caps_the_sdpa_calls_at_the_lengths_with_most_work():
 DECODE_STEP = ([1] * 10 + [9, 5, 1, 1], [3, 8, 1, 12, 5, 7, 2, 9, 4, 6, 0, 11, 20, 2])
 
 
-@pytest.mark.parametrize("sdpa", [False, True])
+@pytest.mark.parametrize("prefill_attention", ["paged", "sdpa"])
 @pytest.mark.parametrize("ops", [reference, triton_ops], ids=["reference", "triton"])
-def test_decodes_split_from_a_mixed_step_match_the_paged_reference(monkeypatch, sdpa, ops):
+def test_decodes_split_from_a_mixed_step_match_the_paged_reference(monkeypatch, prefill_attention, ops):
     monkeypatch.setattr(attention_split, "SDPA_MIN_TOKENS", 1)
-    got, want = _split_and_reference(ops, *DECODE_STEP, sdpa=sdpa)
+    got, want = _split_and_reference(ops, *DECODE_STEP, prefill_attention=prefill_attention)
     torch.testing.assert_close(got, want, atol=FP32_TOL, rtol=FP32_TOL)
 
 
 def test_plan_gives_decodes_to_the_decode_kernel_and_chunks_to_the_paged_one():
-    split = _plan(*DECODE_STEP, sdpa=False)
+    split = _plan(*DECODE_STEP, prefill_attention="paged")
     assert split.groups == [] and split.decodes.rows.tolist() == [*range(10), 24, 25]
     assert split.decodes.seq_lens.tolist() == [*range(10), 12, 13]
     assert split.paged.rows == slice(10, 24) and split.paged.seq_lens.tolist() == [10, 11]
@@ -156,8 +156,8 @@ def test_plan_gives_decodes_to_the_decode_kernel_and_chunks_to_the_paged_one():
 
 def test_plan_leaves_a_few_decodes_in_the_paged_launch():
     few = attention_split.DECODE_MIN_SEQS - 1
-    assert _plan([1] * few + [40], [5] * few + [16], sdpa=False) is None
-    split = _plan([1] * (few + 1) + [40], [5] * (few + 1) + [16], sdpa=False)
+    assert _plan([1] * few + [40], [5] * few + [16], prefill_attention="paged") is None
+    split = _plan([1] * (few + 1) + [40], [5] * (few + 1) + [16], prefill_attention="paged")
     assert split.decodes.seq_lens.tolist() == list(range(few + 1))
     assert split.paged.seq_lens.tolist() == [few + 1]
 

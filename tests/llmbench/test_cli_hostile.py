@@ -95,6 +95,17 @@ def test_values_that_would_escape_or_exhaust_are_one_line(null_config_file, tmp_
     assert not (tmp_path / "out").exists(), "no run directory is made for a run that cannot start"
 
 
+def test_a_kernel_the_device_cannot_run_is_one_line(null_config_file, tmp_path):
+    """FlashAttention-4 asked for on the CPU: refused before any weight loads, the reason named."""
+    sets = ["model.executor=model", "model.device=cpu", "engine.prefill_attention=flash"]
+    result = invoke(
+        "run", null_config_file, *[a for s in sets for a in ("--set", s)], "--out", tmp_path / "o"
+    )
+    line = one_line_error(result, "run.yaml: ")
+    assert line.endswith(": engine.prefill_attention 'flash' needs a CUDA device, the model runs on cpu")
+    assert not (tmp_path / "o").exists(), "no run directory is made for a run that cannot start"
+
+
 def test_repeat_is_bounded(null_config_file, tmp_path):
     result = invoke("run", null_config_file, "--repeat", "1000000000000", "--out", tmp_path / "out")
     assert (

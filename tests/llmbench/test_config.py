@@ -20,7 +20,7 @@ BAD = [
     ("engine.max_num_seqs=2.5", "engine.max_num_seqs", "expected an integer"),
     ("engine.gpu_memory_utilization=1.5", "engine.gpu_memory_utilization", "(0, 1]"),
     ("engine.cuda_graph_sizes=8", "engine.cuda_graph_sizes", "expected a list"),
-    ("engine.prefill_attention=cudnn", "engine.prefill_attention", "one of paged, sdpa, got 'cudnn'"),
+    ("engine.prefill_attention=cudnn", "engine.prefill_attention", "one of paged, sdpa, flash, got 'cudnn'"),
     ("model.dtype=float8", "model.dtype", "expected one of"),
     ("model.executor=null", "model.executor", "quote it"),
     ("model.null_forward_ms=-1", "model.null_forward_ms", "expected milliseconds >= 0, got -1.0"),

@@ -83,8 +83,28 @@ def test_every_engine_kernel_has_a_case_and_cases_are_distinct():
     )
 
 
-def test_no_prefix_prefill_shapes_are_timed_ours_paged_ours_split_and_torch_alone():
+def test_the_flash_split_is_timed_at_every_prefill_shape_where_it_runs(monkeypatch):
+    """Where FlashAttention-4 runs, the engine's flash op beside ours at each prefill shape, cached
+    prefix included, with the same FLOP count; elsewhere its rows are left out."""
+    from kernels import flash_attention
     from llmbench.kernel_cases import all_cases
+
+    monkeypatch.setattr(flash_attention, "unavailable_reason", lambda device, dtype, head_dim: "absent")
+    assert not [case for case in all_cases(torch.bfloat16) if "flash split" in case.kernel]
+    monkeypatch.setattr(flash_attention, "unavailable_reason", lambda device, dtype, head_dim: None)
+    cases = all_cases(torch.bfloat16)
+    flash = {case.shape: case for case in cases if case.kernel == "prefill_attention flash split"}
+    assert set(flash) == {"B=4 new=2048 cached=0", "B=8 new=512 cached=1536", "B=1 new=8192 cached=0"}
+    paged = {case.shape: case.work for case in cases if case.kernel == "paged_prefill_attention"}
+    assert all(case.optional and case.work == paged[shape] for shape, case in flash.items())
+
+
+def test_no_prefix_prefill_shapes_are_timed_ours_paged_ours_split_and_torch_alone(monkeypatch):
+    from kernels import flash_attention
+    from llmbench.kernel_cases import all_cases
+
+    # the flash rows, where they run, have a test of their own
+    monkeypatch.setattr(flash_attention, "unavailable_reason", lambda device, dtype, head_dim: "absent")
 
     cases = all_cases(torch.bfloat16)
     kernels_of: dict[str, set[str]] = {}
