@@ -35,6 +35,7 @@ def collect_environment() -> dict[str, Any]:
         "torch": torch.__version__,
         "triton": _version("triton"),
         "transformers": _version("transformers"),
+        "flash_attn_4": _version("flash-attn-4"),  # prefill_attention: flash's kernels, when installed
         "gpu": props.name if props else None,
         "gpu_memory_gb": round(props.total_memory / 2**30, 1) if props else None,
         "cuda": torch.version.cuda if cuda else None,

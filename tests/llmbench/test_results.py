@@ -36,6 +36,7 @@ ENV_KEYS = {
     "torch",
     "triton",
     "transformers",
+    "flash_attn_4",
     "gpu",
     "gpu_memory_gb",
     "cuda",
