@@ -50,8 +50,8 @@ def _varlen_function() -> Callable:
     return flash_attn_varlen_func
 
 
-def _finish(result: torch.Tensor | tuple, out: torch.Tensor | None) -> torch.Tensor:
-    attended = result[0] if isinstance(result, tuple) else result  # (out, lse) in some versions
+def _finish(result: tuple[torch.Tensor, torch.Tensor | None], out: torch.Tensor | None) -> torch.Tensor:
+    attended, _ = result  # (out, lse): lse is None unless asked for
     return attended if out is None else out.copy_(attended)
 
 
