@@ -184,8 +184,9 @@ def plan_attention_split(
         return block_tables.index_select(0, seqs), device_seq_lens.index_select(0, seqs)
 
     groups = [SdpaGroup(length, count, next(on_device)) for length, count in specs]
-    fresh_max = int(q_lens[fresh_seqs].max()) if len(fresh_seqs) else 0
-    fresh = FreshPart(next(on_device), next(on_device), fresh_max) if len(fresh_seqs) else None
+    fresh = None
+    if len(fresh_seqs):
+        fresh = FreshPart(next(on_device), next(on_device), int(q_lens[fresh_seqs].max()))
     decodes = DecodePart(next(on_device), *rows_of(next(on_device))) if split_decodes else None
     if len(paged_seqs):
         rows, seqs, starts = on_device
