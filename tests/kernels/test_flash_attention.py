@@ -17,7 +17,8 @@ def _why_not_here() -> str | None:
     return flash_attention.unavailable_reason(torch.device("cuda"), torch.bfloat16, 128)
 
 
-flash_runs = pytest.mark.skipif(_why_not_here() is not None, reason=f"FlashAttention-4 {_why_not_here()}")
+WHY_NOT_HERE = _why_not_here()
+flash_runs = pytest.mark.skipif(WHY_NOT_HERE is not None, reason=f"FlashAttention-4 {WHY_NOT_HERE}")
 
 
 def test_plan_gives_every_fresh_prompt_one_launch_and_the_other_chunks_another():
