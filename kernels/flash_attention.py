@@ -7,12 +7,11 @@ chunk's queries come after its cached prefix). So one launch serves every chunk 
 or an earlier chunk, and one more every fresh prompt, on the K/V the step has just projected,
 contiguous and any mix of lengths (cuDNN through SDPA needs a call, and an execution plan, per length).
 
-Why a library kernel: on the H200, at the prefill shapes of `llmbench kernels`, it beat our paged
-Triton kernel by 1.27-1.32x on chunks after a cached prefix (B=8 new=512 cached=1536: 249-254 us against
-330) and cuDNN by 1.1x on a long fresh prompt (B=1 new=8192: 921-925 us, 595 TFLOP/s, against 1,025-1,043),
-while cuDNN stays 1.3-1.6x faster on fresh prompts of 256-512 tokens
-(results/h200/flash4_prefill.json). The first call of each variant (paged, contiguous) compiles for ~3 s;
-later shapes reuse it."""
+Why a library kernel: on the H200 it beat our paged Triton kernel on chunks after a cached prefix by
+1.30-1.33x (B=8 new=512 cached=1536: 249-254 us against 330) and 1.25-1.30x (B=2 new=2048 cached=2048),
+and cuDNN by 1.1x on a long fresh prompt (B=1 new=8192: 921-925 us, 595 TFLOP/s, against 1,025-1,043),
+while cuDNN stays 1.2-1.6x faster on fresh prompts of 256-512 tokens (results/h200/flash4_prefill.json).
+Each kind of call compiles once, ~3 s (compile_variants)."""
 
 from __future__ import annotations
 
