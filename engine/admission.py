@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import operator
 
-from engine.request import SamplingParams
-from engine.scheduler import Scheduler
+from llmbench.engine.request import SamplingParams
+from llmbench.engine.scheduler import Scheduler
 
 
 def input_problem(prompt_token_ids: list[int], params: SamplingParams, vocab_size: int) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.request import SamplingParams
+from llmbench.engine.request import SamplingParams
 
 
 # Slotted, as SamplingParams: every step reads each running sequence's entry and parameters, and after

@@ -8,7 +8,7 @@ import hashlib
 import struct
 from collections import OrderedDict
 
-from engine.sequence import Sequence
+from llmbench.engine.sequence import Sequence
 
 _ROOT_HASH = b""  # parent of a sequence's first block
 

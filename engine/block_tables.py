@@ -11,8 +11,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-
-from engine.batch import ScheduledSeq
+from llmbench.engine.batch import ScheduledSeq
 
 _versions = itertools.count(1)  # shared by every instance, so two never hand out the same version
 

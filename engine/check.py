@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from engine.batch import ScheduledBatch
-from engine.block_manager import BlockManager
-from engine.sequence import Sequence
+from llmbench.engine.batch import ScheduledBatch
+from llmbench.engine.block_manager import BlockManager
+from llmbench.engine.sequence import Sequence
 
 if TYPE_CHECKING:
-    from engine.llm_engine import LLMEngine
+    from llmbench.engine.llm_engine import LLMEngine
 
 
 def assert_block_manager_consistent(block_manager: BlockManager, seqs: list[Sequence]) -> None:

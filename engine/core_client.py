@@ -17,11 +17,10 @@ import time
 from collections import Counter
 
 import zmq
-
-from engine import core_messages as msg
-from engine.config import EngineConfig
-from engine.request import FinishReason, RequestOutput, SamplingParams, StepOutputs
-from engine.timing import StepRecord
+from llmbench.engine import core_messages as msg
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams, StepOutputs
+from llmbench.engine.timing import StepRecord
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +54,15 @@ class EngineCoreClient:
         self.executor: msg.Ready | None = None  # shape, max_model_len, num_blocks, device
         # a fresh interpreter, not multiprocessing: nothing of the caller's main module is re-run
         level = str(logging.getLogger().getEffectiveLevel())
-        command = [sys.executable, "-m", "engine.core_process", inbox, outbox, str(os.getpid()), level]
+        command = [
+            sys.executable,
+            "-m",
+            "llmbench.engine.core_process",
+            inbox,
+            outbox,
+            str(os.getpid()),
+            level,
+        ]
         command += [step_hook] if step_hook else []
         self._process = subprocess.Popen(command)
         self._exited = os.pidfd_open(self._process.pid)  # readable once the core has exited

@@ -11,11 +11,10 @@ core -> frontend: Ready once, Outputs after every step that produced any (the st
 from __future__ import annotations
 
 import msgspec
-
-from engine.config import EngineConfig
-from engine.models.shape import LlamaShape
-from engine.request import SamplingParams, StepOutputs
-from engine.timing import StepRecord
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.models.shape import LlamaShape
+from llmbench.engine.request import SamplingParams, StepOutputs
+from llmbench.engine.timing import StepRecord
 
 # frontend -> core
 

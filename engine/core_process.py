@@ -19,11 +19,10 @@ import traceback
 from typing import Any
 
 import zmq
-
-from engine import core_messages as msg
-from engine.check import assert_engine_empty
-from engine.config import EngineConfig
-from engine.gc_heap import freeze_heap
+from llmbench.engine import core_messages as msg
+from llmbench.engine.check import assert_engine_empty
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.gc_heap import freeze_heap
 
 IDLE_POLL_MS = 100  # an idle core wakes this often to check that its parent is alive
 PARENT_CHECK_S = 1.0  # a busy core checks its parent at most this often
@@ -66,7 +65,7 @@ class _CoreLoop:
     def __init__(
         self, config: EngineConfig, pull: zmq.Socket, push: zmq.Socket, parent_pid: int, step_hook: Any
     ):
-        from engine.llm_engine import LLMEngine
+        from llmbench.engine.llm_engine import LLMEngine
 
         self.pull, self.push, self.parent_pid = pull, push, parent_pid
         self.engine = LLMEngine(config, step_hook)  # the engine calls it: hand-overs are no steps
@@ -142,5 +141,5 @@ class _CoreLoop:
 
 
 if __name__ == "__main__":
-    # started as `python -m engine.core_process INBOX OUTBOX PARENT_PID LOG_LEVEL [MODULE:FUNCTION]`
+    # started as `python -m llmbench.engine.core_process INBOX OUTBOX PARENT_PID LOG_LEVEL [MODULE:FUNCTION]`
     run_core(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:6])

@@ -19,9 +19,8 @@ import logging
 from collections.abc import Callable
 
 import torch
-
-from engine.models.llama import AttentionMetadata, KVCache, LlamaForCausalLM
-from engine.step_layout import ModelInput, StepLayout
+from llmbench.engine.models.llama import AttentionMetadata, KVCache, LlamaForCausalLM
+from llmbench.engine.step_layout import ModelInput, StepLayout
 
 logger = logging.getLogger(__name__)
 

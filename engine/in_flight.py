@@ -9,9 +9,8 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
-
-from engine.scheduler import SchedulerOutput
-from engine.timing import GpuSpan
+from llmbench.engine.scheduler import SchedulerOutput
+from llmbench.engine.timing import GpuSpan
 
 
 class ForwardTokens(NamedTuple):

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
-from engine.batch import ScheduledBatch
-from engine.block_tables import BlockTables
-from engine.step_layout import ModelInput, StepLayout, padded, unpack
+from llmbench.engine.batch import ScheduledBatch
+from llmbench.engine.block_tables import BlockTables
+from llmbench.engine.step_layout import ModelInput, StepLayout, padded, unpack
 
 
 class InputBuffers:

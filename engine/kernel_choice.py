@@ -9,10 +9,9 @@ import os
 from types import ModuleType
 
 import torch
-
-from engine.config import EngineConfig
-from engine.loader import model_shape, resolve_dtype
-from kernels import flash_attention, reference
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.loader import model_shape, resolve_dtype
+from llmbench.kernels import flash_attention, reference
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +25,7 @@ def select_ops(backend: str, device: torch.device) -> ModuleType:
     if device.type != "cuda" and not os.environ.get("TRITON_INTERPRET"):
         raise ValueError("engine.attention_backend is 'triton' but Triton kernels need a CUDA device")
     try:
-        from kernels import triton_ops
+        from llmbench.kernels import triton_ops
     except ImportError as e:
         logger.warning("Triton kernels unavailable (%s); using the torch backend", e)
         return reference

@@ -11,20 +11,20 @@ import logging
 import time
 from collections.abc import Callable
 
-from engine.admission import input_problem, rejection
-from engine.block_manager import BlockManager
-from engine.config import EngineConfig
-from engine.in_flight import InFlightStep
-from engine.model_runner import ModelRunner
-from engine.null_executor import NullExecutor
-from engine.nvtx_ranges import nvtx_ranges
-from engine.output_processor import OutputProcessor
-from engine.parallel.launch import start_runner
-from engine.request import FinishReason, RequestOutput, SamplingParams, StepOutputs
-from engine.scheduler import Scheduler, SchedulerOutput
-from engine.sequence import Sequence
-from engine.step_log import StepLog
-from engine.timing import PhaseClock, StepRecord, step_timer
+from llmbench.engine.admission import input_problem, rejection
+from llmbench.engine.block_manager import BlockManager
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.in_flight import InFlightStep
+from llmbench.engine.model_runner import ModelRunner
+from llmbench.engine.null_executor import NullExecutor
+from llmbench.engine.nvtx_ranges import nvtx_ranges
+from llmbench.engine.output_processor import OutputProcessor
+from llmbench.engine.parallel.launch import start_runner
+from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams, StepOutputs
+from llmbench.engine.scheduler import Scheduler, SchedulerOutput
+from llmbench.engine.sequence import Sequence
+from llmbench.engine.step_log import StepLog
+from llmbench.engine.timing import PhaseClock, StepRecord, step_timer
 
 logger = logging.getLogger(__name__)
 

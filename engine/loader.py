@@ -11,14 +11,13 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
+from llmbench.engine.config import ModelConfig
+from llmbench.engine.models.llama import Group, LlamaForCausalLM, rope_cos_sin_cache
+from llmbench.engine.models.shape import PRESETS, LlamaShape
+from llmbench.engine.parallel.group import LOCAL
+from llmbench.engine.parallel.sharding import pad_to, part_range, shard_plan, take_shard
+from llmbench.kernels import reference
 from safetensors import SafetensorError, safe_open
-
-from engine.config import ModelConfig
-from engine.models.llama import Group, LlamaForCausalLM, rope_cos_sin_cache
-from engine.models.shape import PRESETS, LlamaShape
-from engine.parallel.group import LOCAL
-from engine.parallel.sharding import pad_to, part_range, shard_plan, take_shard
-from kernels import reference
 
 logger = logging.getLogger(__name__)
 

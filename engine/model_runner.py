@@ -11,23 +11,22 @@ from dataclasses import replace
 
 import numpy as np
 import torch
-
-from engine.batch import ScheduledBatch, ScheduledSeq
-from engine.config import EngineConfig
-from engine.cuda_graphs import DecodeGraphs, graph_bucket
-from engine.in_flight import ForwardTokens
-from engine.input_batch import InputBuffers
-from engine.kernel_choice import checked_ops
-from engine.loader import load_model, resolve_device, resolve_max_model_len
-from engine.models.llama import Group, KVCache
-from engine.nvtx_ranges import nvtx_ranges, phase_range
-from engine.parallel.group import LOCAL
-from engine.request import SamplingParams
-from engine.sampler import Sampler
-from engine.step_layout import ModelInput
-from engine.token_readback import TokenReadback
-from kernels import flash_attention, pdl
-from kernels.attention_split import plan_attention_split, sdpa_backends
+from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.cuda_graphs import DecodeGraphs, graph_bucket
+from llmbench.engine.in_flight import ForwardTokens
+from llmbench.engine.input_batch import InputBuffers
+from llmbench.engine.kernel_choice import checked_ops
+from llmbench.engine.loader import load_model, resolve_device, resolve_max_model_len
+from llmbench.engine.models.llama import Group, KVCache
+from llmbench.engine.nvtx_ranges import nvtx_ranges, phase_range
+from llmbench.engine.parallel.group import LOCAL
+from llmbench.engine.request import SamplingParams
+from llmbench.engine.sampler import Sampler
+from llmbench.engine.step_layout import ModelInput
+from llmbench.engine.token_readback import TokenReadback
+from llmbench.kernels import flash_attention, pdl
+from llmbench.kernels.attention_split import plan_attention_split, sdpa_backends
 
 logger = logging.getLogger(__name__)
 

@@ -20,13 +20,12 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
-
-from engine.batch import ScheduledBatch
-from engine.config import EngineConfig
-from engine.in_flight import ForwardTokens
-from engine.input_batch import InputBuffers
-from engine.loader import model_shape, resolve_max_model_len
-from engine.sampler import Sampler
+from llmbench.engine.batch import ScheduledBatch
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.in_flight import ForwardTokens
+from llmbench.engine.input_batch import InputBuffers
+from llmbench.engine.loader import model_shape, resolve_max_model_len
+from llmbench.engine.sampler import Sampler
 
 logger = logging.getLogger(__name__)
 

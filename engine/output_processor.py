@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 
-from engine.request import FinishReason, RequestOutput, SamplingParams, StepOutputs
-from engine.scheduler import Scheduler, SchedulerOutput
-from engine.sequence import Sequence, SequenceStatus
+from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams, StepOutputs
+from llmbench.engine.scheduler import Scheduler, SchedulerOutput
+from llmbench.engine.sequence import Sequence, SequenceStatus
 
 _FINISHED = SequenceStatus.FINISHED
 _RUNNING = SequenceStatus.RUNNING

@@ -14,10 +14,9 @@ from operator import attrgetter
 from types import ModuleType
 
 import torch
-
-from engine.batch import ScheduledSeq
-from engine.request import SamplingParams
-from kernels import reference
+from llmbench.engine.batch import ScheduledSeq
+from llmbench.engine.request import SamplingParams
+from llmbench.kernels import reference
 
 _SEED_STRIDE = 1_000_003  # spreads (seed, step) pairs so neighbouring seeds do not share streams
 _SAMPLING = attrgetter("sampling")

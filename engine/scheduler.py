@@ -14,10 +14,10 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from engine.batch import ScheduledBatch, ScheduledSeq
-from engine.block_manager import BlockManager
-from engine.config import EngineConfig
-from engine.sequence import Sequence, SequenceStatus
+from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
+from llmbench.engine.block_manager import BlockManager
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.sequence import Sequence, SequenceStatus
 
 
 @dataclass

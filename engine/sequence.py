@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from engine.request import FinishReason, SamplingParams
+from llmbench.engine.request import FinishReason, SamplingParams
 
 
 class SequenceStatus(Enum):

@@ -12,8 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-
-from engine.models.llama import AttentionMetadata
+from llmbench.engine.models.llama import AttentionMetadata
 
 _ALIGN = 4  # int32 entries in 16 bytes
 

@@ -6,8 +6,8 @@ events have fired (engine/timing.py GpuTimer)."""
 
 from __future__ import annotations
 
-from engine.batch import ScheduledBatch
-from engine.timing import GpuTimer, StepRecord
+from llmbench.engine.batch import ScheduledBatch
+from llmbench.engine.timing import GpuTimer, StepRecord
 
 
 class StepLog:

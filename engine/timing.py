@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.nvtx_ranges import NvtxRanges
+from llmbench.engine.nvtx_ranges import NvtxRanges
 
 
 @dataclass

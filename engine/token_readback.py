@@ -6,8 +6,7 @@ allocates no pinned memory and creates no event (each would be a few CUDA calls 
 from __future__ import annotations
 
 import torch
-
-from engine.in_flight import ForwardTokens
+from llmbench.engine.in_flight import ForwardTokens
 
 
 class TokenReadback:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-from kernels import pdl
-from kernels.pdl import wait_for_previous_kernel
+from llmbench.kernels import pdl
+from llmbench.kernels.pdl import wait_for_previous_kernel
 
 CHUNK = 4096  # entries a first-stage program reads: 16 for each of its 256 threads
 

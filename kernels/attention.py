@@ -17,9 +17,8 @@ import math
 import torch
 import triton
 import triton.language as tl
-
-from kernels import pdl
-from kernels.pdl import wait_for_previous_kernel
+from llmbench.kernels import pdl
+from llmbench.kernels.pdl import wait_for_previous_kernel
 
 LOG2E = 1.4426950408889634
 MIN_PARTITION = 128  # tokens: below this a split costs more in merging than it gains in parallelism

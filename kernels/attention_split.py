@@ -30,9 +30,8 @@ from types import ModuleType
 import numpy as np
 import torch
 import torch.nn.functional as F
+from llmbench.kernels import flash_attention
 from torch.nn.attention import SDPBackend, sdpa_kernel
-
-from kernels import flash_attention
 
 # cuDNN first (the fastest on Hopper); flash and memory-efficient take shapes cuDNN refuses; math is
 # the CPU's and the last resort. All four take grouped KV heads (enable_gqa; cuDNN since torch 2.8)

@@ -15,9 +15,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-from kernels import pdl
-from kernels.pdl import wait_for_previous_kernel
+from llmbench.kernels import pdl
+from llmbench.kernels.pdl import wait_for_previous_kernel
 
 MAX_ROWS = 8  # the kernel's limit; linear() in triton_ops decides where it pays (GEMV_MAX_TOKENS)
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-from kernels import pdl
-from kernels.pdl import wait_for_previous_kernel
+from llmbench.kernels import pdl
+from llmbench.kernels.pdl import wait_for_previous_kernel
 
 
 @triton.jit

@@ -12,10 +12,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-from kernels import pdl
-from kernels.attention import LOG2E, _online_softmax_step, _paged_offsets
-from kernels.pdl import wait_for_previous_kernel
+from llmbench.kernels import pdl
+from llmbench.kernels.attention import LOG2E, _online_softmax_step, _paged_offsets
+from llmbench.kernels.pdl import wait_for_previous_kernel
 
 # Launch parameters, tuned on an H200 for Llama-3-8B heads. block_m is the query tokens of a program;
 # "grouped" gives a program every query head of one KV head (GQA), so each K/V tile it loads serves them

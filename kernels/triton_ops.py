@@ -3,15 +3,14 @@ swaps backends by swapping this module (EngineConfig.attention_backend)."""
 
 import torch
 import torch.nn.functional as F
-
-from kernels.activation import silu_and_mul
-from kernels.argmax import argmax
-from kernels.attention import paged_decode_attention
-from kernels.gemv import gemv
-from kernels.kv_cache import write_kv
-from kernels.norm import rms_norm
-from kernels.prefill_attention import paged_prefill_attention
-from kernels.rope import rope_and_write_kv, rotary_embedding
+from llmbench.kernels.activation import silu_and_mul
+from llmbench.kernels.argmax import argmax
+from llmbench.kernels.attention import paged_decode_attention
+from llmbench.kernels.gemv import gemv
+from llmbench.kernels.kv_cache import write_kv
+from llmbench.kernels.norm import rms_norm
+from llmbench.kernels.prefill_attention import paged_prefill_attention
+from llmbench.kernels.rope import rope_and_write_kv, rotary_embedding
 
 # A one-row linear layer is a weight-streaming GEMV. On the H200, at one row and with dependent launches,
 # it beats cuBLAS on every Llama-3-8B matmul: QKV 15.8 vs 16.7 us, O 10.0 vs 12.9, gate-up with its

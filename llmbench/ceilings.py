@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from engine.loader import resolve_device, resolve_dtype
 from llmbench.config import RunConfig
+from llmbench.engine.loader import resolve_device, resolve_dtype
 from llmbench.gpu_clocks import ClockSampler, clock_reading, device_sampler
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-from engine.config import ConfigError
 from llmbench import cli_studies
 from llmbench.cli_common import (
     EXIT_FAILURE,
@@ -25,6 +24,7 @@ from llmbench.cli_common import (
 )
 from llmbench.config import ConfigFileError, load_config
 from llmbench.console import RunProgress, console, metrics_table, setup_logging
+from llmbench.engine.config import ConfigError
 from llmbench.run_dir import RunDirError, check_run_dir
 from llmbench.workload import WorkloadError
 
@@ -57,8 +57,8 @@ def run(
 
         llmbench run configs/quickstart.yaml --set workload.num_requests=16 --set engine.prefix_caching=false
     """
-    from engine.parallel.group import TensorParallelError
     from llmbench.backends import make_backend
+    from llmbench.engine.parallel.group import TensorParallelError
     from llmbench.results import default_run_dir
     from llmbench.runner import MAX_TRIALS, run_benchmark
 
@@ -108,7 +108,7 @@ def serve(
 
         llmbench serve configs/quickstart.yaml --port 8000 --set engine.process_split=true
     """
-    from engine.serving.api_server import serve as serve_http
+    from llmbench.engine.serving.api_server import serve as serve_http
 
     setup_logging(verbose)
     with exit_codes((ConfigFileError,)):

@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from engine.config import ConfigError
 from llmbench.cli_common import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -23,6 +22,7 @@ from llmbench.cli_common import (
 )
 from llmbench.config import ConfigFileError
 from llmbench.console import RunProgress, console, setup_logging
+from llmbench.engine.config import ConfigError
 from llmbench.run_dir import RunDirError
 from llmbench.study import StudyResult
 from llmbench.workload import WorkloadError

@@ -18,9 +18,9 @@ from typing import Any, Literal
 import yaml
 
 import llmbench
-from engine.config import ConfigError, EngineConfig, ModelConfig
 from llmbench.config_loader import bounded, build, clip
 from llmbench.config_yaml import YamlFileError, parse_yaml, read_yaml_file
+from llmbench.engine.config import ConfigError, EngineConfig, ModelConfig
 
 # far beyond a useful run, far below what the workload's arrays could allocate
 MAX_REQUESTS = 1_000_000

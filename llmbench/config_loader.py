@@ -14,7 +14,7 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from engine.config import ConfigError
+from llmbench.engine.config import ConfigError
 
 
 def bounded(

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from kernels import triton_ops
-from kernels.gemv import gemv
+from llmbench.kernels import triton_ops
+from llmbench.kernels.gemv import gemv
 
 # Llama-3-8B
 HIDDEN, INTERMEDIATE, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE = 4096, 14336, 32, 8, 128, 16

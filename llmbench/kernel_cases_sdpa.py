@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from kernels import flash_attention, triton_ops
-from kernels.attention_split import plan_attention_split, sdpa_backends, split_attention
 from llmbench.kernel_cases import HEAD_DIM, NUM_HEADS, NUM_KV_HEADS, Case, _paged_cache, _randn
+from llmbench.kernels import flash_attention, triton_ops
+from llmbench.kernels.attention_split import plan_attention_split, sdpa_backends, split_attention
 
 logger = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from engine.request import RequestOutput, SamplingParams, StepOutputs
 from llmbench.backends import ServedOutput
 from llmbench.config import WorkloadConfig
+from llmbench.engine.request import RequestOutput, SamplingParams, StepOutputs
 from llmbench.results import RequestRecord
 from llmbench.workload import WorkloadRequest
 

@@ -18,12 +18,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from engine.gc_heap import freeze_heap
-from engine.request import RequestOutput
 from llmbench.backends import Backend, make_backend
 from llmbench.ceilings import run_ceilings, run_clock_sampler, run_clocks
 from llmbench.config import RunConfig
 from llmbench.console import RunProgress
+from llmbench.engine.gc_heap import freeze_heap
+from llmbench.engine.request import RequestOutput
 from llmbench.env import collect_environment
 from llmbench.gpu_clocks import ClockSampler
 from llmbench.metrics import compute_metrics

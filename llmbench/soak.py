@@ -16,13 +16,17 @@ import numpy as np
 import torch
 from rich.table import Table
 
-from engine.batch import ScheduledBatch
-from engine.check import assert_batch_within_blocks, assert_block_manager_consistent, assert_engine_empty
-from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine
-from engine.loader import model_shape
-from engine.request import FinishReason, SamplingParams
 from llmbench.config import parse_config
+from llmbench.engine.batch import ScheduledBatch
+from llmbench.engine.check import (
+    assert_batch_within_blocks,
+    assert_block_manager_consistent,
+    assert_engine_empty,
+)
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.loader import model_shape
+from llmbench.engine.request import FinishReason, SamplingParams
 
 logger = logging.getLogger(__name__)
 

@@ -16,14 +16,13 @@ import sys
 from pathlib import Path
 
 import torch
-
-from engine.batch import ScheduledBatch, ScheduledSeq
-from engine.config import EngineConfig, ModelConfig
-from engine.input_batch import prepare_inputs
-from engine.llm_engine import LLMEngine
-from engine.loader import load_model, model_shape
-from engine.request import SamplingParams
-from kernels import reference, triton_ops
+from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.input_batch import prepare_inputs
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.loader import load_model, model_shape
+from llmbench.engine.request import SamplingParams
+from llmbench.kernels import reference, triton_ops
 
 BLOCK = 16
 

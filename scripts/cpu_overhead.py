@@ -33,12 +33,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from llmbench.engine.batch import ScheduledSeq
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.gc_heap import freeze_heap
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import SamplingParams
 
-from engine.batch import ScheduledSeq
-from engine.config import EngineConfig, ModelConfig
-from engine.gc_heap import freeze_heap
-from engine.llm_engine import LLMEngine
-from engine.request import SamplingParams
 from llmbench.env import command_line
 from llmbench.step_stats import cpu_ms
 

@@ -15,12 +15,11 @@ import sys
 import time
 from pathlib import Path
 
+from llmbench.engine.config import ModelConfig
+from llmbench.engine.models.shape import PRESETS, LlamaShape
+from llmbench.engine.serving.detokenizer import IncrementalDetokenizer
+from llmbench.engine.serving.tokenizer import TextTokenizer, load_tokenizer
 from tokenizers import Tokenizer
-
-from engine.config import ModelConfig
-from engine.models.shape import PRESETS, LlamaShape
-from engine.serving.detokenizer import IncrementalDetokenizer
-from engine.serving.tokenizer import TextTokenizer, load_tokenizer
 
 TEXT = (
     "The quick brown fox jumps over the lazy dog. Benchmarks of inference servers measure time to first "

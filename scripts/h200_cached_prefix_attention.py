@@ -23,10 +23,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from llmbench.kernels import triton_ops
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from kernels import triton_ops
 from llmbench.env import command_line
 from llmbench.gpu_clocks import clock_reading
 from llmbench.kernel_bench import sampler_and_ceilings, time_case

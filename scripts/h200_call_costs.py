@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import torch
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.input_batch import InputBuffers
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import SamplingParams
 
-from engine.config import EngineConfig, ModelConfig
-from engine.input_batch import InputBuffers
-from engine.llm_engine import LLMEngine
-from engine.request import SamplingParams
 from llmbench.env import command_line
 
 STEPS = 300

@@ -19,12 +19,11 @@ import time
 from pathlib import Path
 
 import torch
-
-from engine.config import EngineConfig, ModelConfig
-from engine.llm_engine import LLMEngine
-from engine.request import SamplingParams
-from kernels import pdl, triton_ops
-from kernels.gemv import gemv
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import SamplingParams
+from llmbench.kernels import pdl, triton_ops
+from llmbench.kernels.gemv import gemv
 
 L2_FLUSH_BYTES = 256 * 2**20  # input sets are rotated until a pass moves this much: no L2 reuse
 

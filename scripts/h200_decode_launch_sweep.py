@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from llmbench.kernels import attention
 
-from kernels import attention
 from llmbench.env import command_line
 from llmbench.kernel_bench import time_case
 from llmbench.kernel_cases import Case, decode_case

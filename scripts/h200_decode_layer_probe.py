@@ -28,8 +28,8 @@ import sys
 from pathlib import Path
 
 import torch
+from llmbench.kernels import attention, pdl
 
-from kernels import attention, pdl
 from llmbench.env import command_line
 from llmbench.kernel_bench import capture_graph, measure_ceilings
 

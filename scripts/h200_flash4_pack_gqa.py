@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import torch
+from llmbench.kernels import flash_attention
 
-from kernels import flash_attention
 from llmbench.env import command_line
 from llmbench.gpu_clocks import clock_reading
 from llmbench.kernel_bench import sampler_and_ceilings, time_case

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 from flash_attn.cute import __version__ as fa4_version
+from llmbench.kernels import flash_attention, triton_ops
 
-from kernels import flash_attention, triton_ops
 from llmbench.env import command_line
 from llmbench.gpu_clocks import clock_reading
 from llmbench.kernel_bench import sampler_and_ceilings, time_case

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from llmbench.kernels.attention import LOG2E
 
-from kernels.attention import LOG2E
 from llmbench.env import command_line
 from llmbench.kernel_bench import measure_ceilings, time_case
 from llmbench.kernel_cases import HEAD_DIM, NUM_HEADS, NUM_KV_HEADS, Case, _randn

@@ -26,9 +26,9 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from llmbench.kernels.activation import silu_and_mul
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from kernels.activation import silu_and_mul
 from llmbench.env import command_line
 from llmbench.gpu_clocks import clock_reading
 from llmbench.kernel_bench import sampler_and_ceilings, time_case

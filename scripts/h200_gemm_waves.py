@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import torch
+from llmbench.kernels import triton_ops
 
-from kernels import triton_ops
 from llmbench.env import command_line
 from llmbench.kernel_bench import measure_ceilings, time_case
 from llmbench.kernel_cases import Case

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import torch
 from h200_decode import L2_FLUSH_BYTES, rel_err, timed_per_weight
-
-from engine.models.shape import PRESETS
-from kernels import pdl, triton_ops
-from kernels.gemv import gemv, launch_config
+from llmbench.engine.models.shape import PRESETS
+from llmbench.kernels import pdl, triton_ops
+from llmbench.kernels.gemv import gemv, launch_config
 
 # (BLOCK_N, BLOCK_K): about 4-16k weight elements in flight per program
 TILES = [(4, 1024), (8, 512), (8, 1024), (16, 256), (16, 512), (32, 128), (32, 256)]

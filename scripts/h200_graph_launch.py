@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 from cpu_overhead import NUM_SEQS, steady_decode_engine
+from llmbench.engine.llm_engine import LLMEngine
 
-from engine.llm_engine import LLMEngine
 from llmbench.env import command_line
 from llmbench.step_stats import cpu_ms
 

@@ -27,9 +27,9 @@ from types import ModuleType
 
 import torch
 from cpu_overhead import NUM_SEQS, drain, host_reference_us, steady_decode_engine
+from llmbench.engine.in_flight import InFlightStep
+from llmbench.engine.llm_engine import LLMEngine
 
-from engine.in_flight import InFlightStep
-from engine.llm_engine import LLMEngine
 from llmbench.env import command_line
 from llmbench.step_stats import cpu_ms
 
@@ -71,16 +71,16 @@ def polled_wait(engine: LLMEngine) -> None:
 def load_baseline(folder: Path) -> ModuleType:
     """The baseline's engine/input_batch.py as a module of its own, importing the baseline's
     engine/block_tables.py where it imports the checkout's."""
-    checkout_tables = sys.modules["engine.block_tables"]
+    checkout_tables = sys.modules["llmbench.engine.block_tables"]
     modules = {}
     for name in ("block_tables", "input_batch"):
         spec = importlib.util.spec_from_file_location(f"baseline_{name}", folder / "engine" / f"{name}.py")
         modules[name] = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-        sys.modules["engine.block_tables"] = modules["block_tables"]
+        sys.modules["llmbench.engine.block_tables"] = modules["block_tables"]
         try:
             spec.loader.exec_module(modules[name])
         finally:
-            sys.modules["engine.block_tables"] = checkout_tables
+            sys.modules["llmbench.engine.block_tables"] = checkout_tables
     return modules["input_batch"]
 
 

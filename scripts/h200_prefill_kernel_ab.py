@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 
 import torch
+from llmbench.kernels import prefill_attention
 
-from kernels import prefill_attention
 from llmbench.env import command_line
 from llmbench.gpu_clocks import clock_reading
 from llmbench.kernel_bench import sampler_and_ceilings, time_case

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 from h200_decode_launch_sweep import grid_configs, sweep
+from llmbench.kernels import prefill_attention
 
-from kernels import prefill_attention
 from llmbench.kernel_cases import prefill_case
 
 # (sequences, new tokens, cached tokens)

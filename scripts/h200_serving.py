@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import httpx
+from llmbench.engine.serving.engine_loop import RECORDS_EVERY_S
 
-from engine.serving.engine_loop import RECORDS_EVERY_S
 from llmbench.backends.server import ServerBackend
 from llmbench.config import load_config
 from llmbench.runner import run_benchmark

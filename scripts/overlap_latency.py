@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import torch
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import SamplingParams
 
-from engine.config import EngineConfig, ModelConfig
-from engine.llm_engine import LLMEngine
-from engine.request import SamplingParams
 from llmbench.metrics import arrival_gaps
 
 logger = logging.getLogger(__name__)

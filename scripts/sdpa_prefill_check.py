@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from backend_agreement import first_divergence, generate, requests
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.loader import model_shape
 from torch.nn.attention import SDPBackend
 
-from engine.config import EngineConfig, ModelConfig
-from engine.loader import model_shape
 from llmbench.kernel_cases_sdpa import split_case
 
 BACKEND_NAMES = {int(b): name for name, b in SDPBackend.__members__.items()}

@@ -18,11 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-import engine.llm_engine as llm_engine
-from engine.config import EngineConfig, ModelConfig
-from engine.llm_engine import LLMEngine
-from engine.parallel.launch import start_runner
-from engine.request import SamplingParams
+import llmbench.engine.llm_engine as llm_engine
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.parallel.launch import start_runner
+from llmbench.engine.request import SamplingParams
 
 
 def measure(config: EngineConfig, prompts: list[list[int]], max_tokens: int, grouped: bool) -> dict:

@@ -13,13 +13,12 @@ from dataclasses import dataclass
 from types import ModuleType
 
 import torch
+from llmbench.engine.models.shape import LlamaShape
+from llmbench.engine.parallel.group import LOCAL, LocalGroup, TPGroup
+from llmbench.engine.parallel.vocab_embedding import VocabParallelEmbedding
+from llmbench.kernels import reference
+from llmbench.kernels.attention_split import AttentionSplit, split_attention
 from torch import nn
-
-from engine.models.shape import LlamaShape
-from engine.parallel.group import LOCAL, LocalGroup, TPGroup
-from engine.parallel.vocab_embedding import VocabParallelEmbedding
-from kernels import reference
-from kernels.attention_split import AttentionSplit, split_attention
 
 
 def rope_cos_sin_cache(shape: LlamaShape, device: torch.device) -> torch.Tensor:

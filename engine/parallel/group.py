@@ -19,14 +19,13 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
-
-from engine.nvtx_ranges import nvtx_ranges, phase_range
-from engine.parallel.liveness import Heartbeats
+from llmbench.engine.nvtx_ranges import nvtx_ranges, phase_range
+from llmbench.engine.parallel.liveness import Heartbeats
 
 if TYPE_CHECKING:
-    from engine.config import EngineConfig
-    from engine.parallel.launch import WorkerProcesses
-    from engine.step_layout import StepLayout
+    from llmbench.engine.config import EngineConfig
+    from llmbench.engine.parallel.launch import WorkerProcesses
+    from llmbench.engine.step_layout import StepLayout
 
 STEP_TIMEOUT_S = 8.0
 STOP_WAIT_S = 5.0  # a worker told to exit gets this long before it is killed
@@ -44,8 +43,8 @@ def packed_capacity(config: EngineConfig) -> int:
     """Entries of the buffer rank 0 broadcasts each step: the header and the largest packed inputs
     a step of this config can have. Every rank computes it alike, so the broadcast's size is fixed
     and the header can travel inside it instead of in a broadcast of its own."""
-    from engine.loader import model_shape, resolve_max_model_len
-    from engine.step_layout import StepLayout  # the model imports this module: no import cycle
+    from llmbench.engine.loader import model_shape, resolve_max_model_len
+    from llmbench.engine.step_layout import StepLayout  # the model imports this module: no import cycle
 
     max_len = resolve_max_model_len(config.max_model_len, model_shape(config.model))
     seqs, budget = config.max_num_seqs, config.max_num_batched_tokens
@@ -216,7 +215,7 @@ class TPGroup:
     def receive_step(self) -> tuple[StepLayout, bool, torch.Tensor] | None:
         """A worker's side of send_step: the layout, whether graphs run, and the packed inputs (a view
         of the group's buffer, valid until the next step); None when rank 0 shuts the group down."""
-        from engine.step_layout import StepLayout
+        from llmbench.engine.step_layout import StepLayout
 
         dist.broadcast(self._buffer, src=0, group=self._group)
         values = self._read_header()

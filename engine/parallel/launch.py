@@ -1,5 +1,5 @@
 """Rank 0's side of a tensor-parallel engine: start one worker process per other rank (a fresh
-interpreter each, `python -m engine.parallel.worker`), join them in torch.distributed (NCCL on CUDA,
+interpreter each, `python -m llmbench.engine.parallel.worker`), join them in torch.distributed (NCCL on CUDA,
 gloo on the CPU) and build this rank's model runner. The worker processes are watched from the first
 moment: one that exits during startup is an error within POLL_S, not at the end of the startup timeout,
 one that exits later is named in the engine's error, and every one is gone after shutdown."""
@@ -16,11 +16,16 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
-
-from engine import core_messages as msg
-from engine.config import EngineConfig
-from engine.loader import model_shape, resolve_device
-from engine.parallel.group import STARTUP_TIMEOUT, STOP_WAIT_S, TensorParallelError, TPGroup, packed_capacity
+from llmbench.engine import core_messages as msg
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.loader import model_shape, resolve_device
+from llmbench.engine.parallel.group import (
+    STARTUP_TIMEOUT,
+    STOP_WAIT_S,
+    TensorParallelError,
+    TPGroup,
+    packed_capacity,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +136,7 @@ def _build(
     config: EngineConfig, device: torch.device, store: dist.Store, workers: WorkerProcesses, built: dict
 ):
     """Join the group and build the runner (in a thread: rank 0 watches the workers meanwhile)."""
-    from engine.model_runner import ModelRunner
+    from llmbench.engine.model_runner import ModelRunner
 
     try:
         if device.type == "cuda":
@@ -158,7 +163,7 @@ def _build(
 
 def _spawn(config: EngineConfig, port: int, rank: int) -> subprocess.Popen:
     level = str(logging.getLogger().getEffectiveLevel())
-    command = [sys.executable, "-m", "engine.parallel.worker", str(port), str(rank)]
+    command = [sys.executable, "-m", "llmbench.engine.parallel.worker", str(port), str(rank)]
     command += [str(config.tensor_parallel_size), str(os.getpid()), level, str(torch.get_num_threads())]
     process = subprocess.Popen(command, stdin=subprocess.PIPE)
     process.stdin.write(msg.encoder.encode(config))

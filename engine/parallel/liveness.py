@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 
 if TYPE_CHECKING:
-    from engine.parallel.group import TPGroup
-    from engine.parallel.launch import WorkerProcesses
+    from llmbench.engine.parallel.group import TPGroup
+    from llmbench.engine.parallel.launch import WorkerProcesses
 
 HEARTBEAT_S = 0.5
 

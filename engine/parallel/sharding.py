@@ -7,8 +7,7 @@ rows, padded so every rank holds the same count. Norms are replicated."""
 from __future__ import annotations
 
 import torch
-
-from engine.models.shape import LlamaShape
+from llmbench.engine.models.shape import LlamaShape
 
 
 def shard_plan(name: str, shape: LlamaShape) -> tuple[int, list[int]] | None:

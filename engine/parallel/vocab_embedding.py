@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import torch
+from llmbench.engine.parallel.group import LocalGroup, TPGroup
 from torch import nn
-
-from engine.parallel.group import LocalGroup, TPGroup
 
 
 class VocabParallelEmbedding(nn.Module):

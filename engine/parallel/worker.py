@@ -15,13 +15,12 @@ import time
 
 import torch
 import torch.distributed as dist
-
-from engine import core_messages as msg
-from engine.loader import resolve_device
-from engine.model_runner import ModelRunner
-from engine.parallel.group import STARTUP_TIMEOUT, TPGroup, packed_capacity
-from engine.parallel.launch import ARRIVED
-from engine.step_layout import unpack
+from llmbench.engine import core_messages as msg
+from llmbench.engine.loader import resolve_device
+from llmbench.engine.model_runner import ModelRunner
+from llmbench.engine.parallel.group import STARTUP_TIMEOUT, TPGroup, packed_capacity
+from llmbench.engine.parallel.launch import ARRIVED
+from llmbench.engine.step_layout import unpack
 
 PARENT_CHECK_S = 0.5
 
@@ -74,6 +73,6 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 if __name__ == "__main__":
-    # started as `python -m engine.parallel.worker STORE_PORT RANK SIZE PARENT_PID LOG_LEVEL THREADS`, the
-    # msgpack-encoded EngineConfig on stdin
+    # started as `python -m llmbench.engine.parallel.worker STORE_PORT RANK SIZE PARENT_PID LOG_LEVEL
+    # THREADS`, the msgpack-encoded EngineConfig on stdin
     run_worker(*map(int, sys.argv[1:7]))

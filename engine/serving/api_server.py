@@ -18,23 +18,28 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.exceptions import HTTPException
-
-from engine.config import EngineConfig
-from engine.gc_heap import freeze_heap
-from engine.serving import inputs
-from engine.serving.engine_loop import EngineDeadError, EngineLoop
-from engine.serving.generation import ClientGone, Generation, RequestRejected
-from engine.serving.metrics import ServerMetrics
-from engine.serving.protocol import (
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.gc_heap import freeze_heap
+from llmbench.engine.serving import inputs
+from llmbench.engine.serving.engine_loop import EngineDeadError, EngineLoop
+from llmbench.engine.serving.generation import ClientGone, Generation, RequestRejected
+from llmbench.engine.serving.metrics import ServerMetrics
+from llmbench.engine.serving.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
     TokenizeRequest,
 )
-from engine.serving.responses import EventStreamResponse, Shape, error_body, event_stream, whole_response
-from engine.serving.tokenizer import TextTokenizer, load_tokenizer
+from llmbench.engine.serving.responses import (
+    EventStreamResponse,
+    Shape,
+    error_body,
+    event_stream,
+    whole_response,
+)
+from llmbench.engine.serving.tokenizer import TextTokenizer, load_tokenizer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException
 
 logger = logging.getLogger(__name__)
 

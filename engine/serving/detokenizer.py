@@ -11,9 +11,8 @@ while its tail could still become the start of one."""
 
 from __future__ import annotations
 
+from llmbench.engine.serving.tokenizer import TextTokenizer
 from tokenizers.decoders import DecodeStream
-
-from engine.serving.tokenizer import TextTokenizer
 
 REPLACEMENT = "\ufffd"  # what a partial UTF-8 sequence decodes to
 # prompt ids the window starts with: sentencepiece decodes a word's leading space only after a token

@@ -17,12 +17,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from engine.check import assert_engine_empty
-from engine.config import EngineConfig
-from engine.core_client import EngineCoreClient
-from engine.llm_engine import LLMEngine
-from engine.request import RequestOutput, SamplingParams
-from engine.timing import StepRecord
+from llmbench.engine.check import assert_engine_empty
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.core_client import EngineCoreClient
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import RequestOutput, SamplingParams
+from llmbench.engine.timing import StepRecord
 
 logger = logging.getLogger(__name__)
 

@@ -10,13 +10,12 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
+from llmbench.engine.serving.detokenizer import IncrementalDetokenizer
+from llmbench.engine.serving.engine_loop import EngineLoop
+from llmbench.engine.serving.metrics import ServerMetrics
+from llmbench.engine.serving.tokenizer import TextTokenizer
 from starlette.requests import Request
-
-from engine.request import FinishReason, RequestOutput, SamplingParams
-from engine.serving.detokenizer import IncrementalDetokenizer
-from engine.serving.engine_loop import EngineLoop
-from engine.serving.metrics import ServerMetrics
-from engine.serving.tokenizer import TextTokenizer
 
 # the server's perf_counter plus this is its wall clock: clients on other machines map our times with it
 WALL_OFFSET = time.time() - time.perf_counter()

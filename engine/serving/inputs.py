@@ -3,9 +3,9 @@ against the model first, so every unusable request is a 400 with the reason inst
 
 from __future__ import annotations
 
-from engine.request import SamplingParams
-from engine.serving.protocol import ChatMessage, CompletionRequest, SamplingRequest
-from engine.serving.tokenizer import ChatTemplateError, TextTokenizer
+from llmbench.engine.request import SamplingParams
+from llmbench.engine.serving.protocol import ChatMessage, CompletionRequest, SamplingRequest
+from llmbench.engine.serving.tokenizer import ChatTemplateError, TextTokenizer
 
 
 class BadRequest(ValueError):

@@ -10,10 +10,9 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from itertools import accumulate
 
+from llmbench.engine.timing import StepRecord
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily
-
-from engine.timing import StepRecord
 
 LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80)
 STEP_BUCKETS_MS = (0.1, 0.25, 0.5, 1, 2, 4, 6, 8, 10, 15, 20, 30, 50, 100, 250, 1000)

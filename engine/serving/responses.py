@@ -8,11 +8,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import msgspec
+from llmbench.engine.serving.engine_loop import EngineDeadError
+from llmbench.engine.serving.generation import Choice, ClientGone, Generation, RequestRejected
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
-
-from engine.serving.engine_loop import EngineDeadError
-from engine.serving.generation import Choice, ClientGone, Generation, RequestRejected
 
 DONE = b"data: [DONE]\n\n"
 encode = msgspec.json.Encoder().encode

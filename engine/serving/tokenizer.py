@@ -10,11 +10,10 @@ from pathlib import Path
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from llmbench.engine.config import ModelConfig
+from llmbench.engine.models.shape import LlamaShape
+from llmbench.engine.serving.synthetic_bpe import synthetic_tokenizer
 from tokenizers import Tokenizer
-
-from engine.config import ModelConfig
-from engine.models.shape import LlamaShape
-from engine.serving.synthetic_bpe import synthetic_tokenizer
 
 FALLBACK_CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}\n"

@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.request import RequestOutput, SamplingParams
+from llmbench.engine.request import RequestOutput, SamplingParams
 
 if TYPE_CHECKING:
-    from engine.models.shape import LlamaShape
     from llmbench.config import RunConfig
+    from llmbench.engine.models.shape import LlamaShape
 
 
 @dataclass(frozen=True)

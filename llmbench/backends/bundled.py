@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from engine.check import assert_engine_empty
-from engine.core_client import EngineCoreClient
-from engine.llm_engine import LLMEngine
-from engine.request import RequestOutput, SamplingParams
 from llmbench.backends import ModelInfo
 from llmbench.config import RunConfig
+from llmbench.engine.check import assert_engine_empty
+from llmbench.engine.core_client import EngineCoreClient
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import RequestOutput, SamplingParams
 from llmbench.profiling.window import window_from_env
 
 # a split core opens that window in its own process

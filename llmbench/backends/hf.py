@@ -17,11 +17,11 @@ from collections.abc import Callable
 
 import torch
 
-from engine.loader import hf_tensor_names, load_model
-from engine.models.shape import LlamaShape
-from engine.request import FinishReason, RequestOutput, SamplingParams
 from llmbench.backends import ModelInfo
 from llmbench.config import RunConfig
+from llmbench.engine.loader import hf_tensor_names, load_model
+from llmbench.engine.models.shape import LlamaShape
+from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
 

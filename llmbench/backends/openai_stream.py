@@ -10,8 +10,8 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from engine.request import FinishReason
 from llmbench.backends import ServedOutput
+from llmbench.engine.request import FinishReason
 
 UNKNOWN_TOKEN = -1  # output token ids a server does not return (requests.jsonl with output.save_tokens)
 FINISH_REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}

@@ -6,8 +6,8 @@ workload asked for: vLLM's random dataset does the same dance."""
 
 from __future__ import annotations
 
-from engine.loader import model_shape
 from llmbench.config import RunConfig
+from llmbench.engine.loader import model_shape
 
 MAX_ROUNDS = 64
 
@@ -16,7 +16,7 @@ class PromptText:
     def __init__(self, config: RunConfig):
         # the tokenizer llmbench serve uses: model.tokenizer, <model.path>/tokenizer.json, or for a preset
         # the synthetic byte-level BPE of its vocabulary
-        from engine.serving.tokenizer import load_tokenizer
+        from llmbench.engine.serving.tokenizer import load_tokenizer
 
         self.tokenizer = load_tokenizer(config.model, model_shape(config.model)).tokenizer
         self._fillers: list[str] = []

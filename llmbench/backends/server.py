@@ -20,10 +20,10 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from engine.request import RequestOutput, SamplingParams
-from engine.timing import StepRecord
 from llmbench.backends.openai import OpenAIBackend
 from llmbench.config import RunConfig
+from llmbench.engine.request import RequestOutput, SamplingParams
+from llmbench.engine.timing import StepRecord
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import logging
 import re
 from pathlib import Path
 
-from engine.nvtx_ranges import DOMAIN
+from llmbench.engine.nvtx_ranges import DOMAIN
 from llmbench.profiling.kernel_kinds import kernel_kinds
 from llmbench.step_stats import merge_intervals
 

@@ -5,9 +5,8 @@ purpose says so with @pytest.mark.leaves_work."""
 from __future__ import annotations
 
 import pytest
-
-from engine.check import assert_engine_empty
-from engine.llm_engine import LLMEngine
+from llmbench.engine.check import assert_engine_empty
+from llmbench.engine.llm_engine import LLMEngine
 
 
 def pytest_configure(config: pytest.Config) -> None:

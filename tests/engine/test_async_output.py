@@ -6,9 +6,9 @@ token-identical to the synchronous loop, and a token sampled after a sequence's 
 import dataclasses
 
 import pytest
+from llmbench.engine.in_flight import InFlightStep
+from llmbench.engine.request import FinishReason, SamplingParams
 
-from engine.in_flight import InFlightStep
-from engine.request import FinishReason, SamplingParams
 from llmbench.soak import run_pool, soak_engine_config, soak_workload
 from tests.engine.test_multistep import TINY, model_engine, null_engine, results, run, with_stops, workload
 from tests.engine.test_soak import SHORT, TINY_MODEL

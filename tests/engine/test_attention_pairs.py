@@ -1,7 +1,8 @@
 """A step record counts its attention's causal query-key pairs: a prompt chunk of n tokens after p
 cached ones n*p + n(n+1)/2, a decode its sequence's length (what prefill attention FLOPs are from)."""
 
-from engine.request import SamplingParams
+from llmbench.engine.request import SamplingParams
+
 from tests.engine.test_multistep import model_engine
 
 

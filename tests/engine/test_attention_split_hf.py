@@ -3,9 +3,9 @@ expected tokens of test_engine_hf): fresh prompts through SDPA (prefill_attentio
 of mixed steps through the decode kernel."""
 
 import pytest
+from llmbench.engine import model_runner
+from llmbench.kernels import attention_split
 
-from engine import model_runner
-from kernels import attention_split
 from tests.engine.test_engine_hf import GREEDY, checkpoint, engine_for, make_prompts, run  # noqa: F401
 
 

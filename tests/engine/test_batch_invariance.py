@@ -4,10 +4,9 @@ shares each forward with). On GPU in bf16 this does not hold in general; see REA
 
 import numpy as np
 import pytest
-
-from engine.config import EngineConfig, ModelConfig
-from engine.llm_engine import LLMEngine
-from engine.request import SamplingParams
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import SamplingParams
 
 NUM_OTHERS = 32
 TARGETS = (0, 17, 32)  # first, middle and last admitted

@@ -2,12 +2,11 @@ import hashlib
 import struct
 
 import pytest
-
-from engine import block_manager
-from engine.block_manager import BlockManager
-from engine.check import assert_block_manager_consistent
-from engine.request import SamplingParams
-from engine.sequence import Sequence
+from llmbench.engine import block_manager
+from llmbench.engine.block_manager import BlockManager
+from llmbench.engine.check import assert_block_manager_consistent
+from llmbench.engine.request import SamplingParams
+from llmbench.engine.sequence import Sequence
 
 BLOCK_SIZE = 4
 

@@ -10,12 +10,11 @@ import time
 
 import numpy as np
 import pytest
-
-from engine.config import EngineConfig, ModelConfig
-from engine.core_client import EngineCoreClient, EngineCoreError
-from engine.gc_heap import YOUNG_GC_THRESHOLD
-from engine.llm_engine import LLMEngine
-from engine.request import FinishReason, SamplingParams
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.core_client import EngineCoreClient, EngineCoreError
+from llmbench.engine.gc_heap import YOUNG_GC_THRESHOLD
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import FinishReason, SamplingParams
 
 TINY = dict(model=ModelConfig(preset="tiny", device="cpu", dtype="float32"), max_num_seqs=8)
 
@@ -131,8 +130,8 @@ def test_core_exits_when_its_parent_dies(tmp_path):
     script = textwrap.dedent(
         """
         import os
-        from engine.config import EngineConfig, ModelConfig
-        from engine.core_client import EngineCoreClient
+        from llmbench.engine.config import EngineConfig, ModelConfig
+        from llmbench.engine.core_client import EngineCoreClient
         config = EngineConfig(model=ModelConfig(preset="tiny", device="cpu"), process_split=True)
         core = EngineCoreClient(config)
         print(core._process.pid, flush=True)

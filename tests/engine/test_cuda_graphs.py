@@ -6,14 +6,14 @@ import random
 
 import pytest
 import torch
+from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.cuda_graphs import DecodeGraphs, graph_bucket
+from llmbench.engine.input_batch import InputBuffers
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.loader import load_model
+from llmbench.engine.request import SamplingParams
 
-from engine.batch import ScheduledBatch, ScheduledSeq
-from engine.config import EngineConfig, ModelConfig
-from engine.cuda_graphs import DecodeGraphs, graph_bucket
-from engine.input_batch import InputBuffers
-from engine.llm_engine import LLMEngine
-from engine.loader import load_model
-from engine.request import SamplingParams
 from tests.engine.device_ops import DeviceOps
 
 BLOCK = 4

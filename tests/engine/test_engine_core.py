@@ -1,14 +1,13 @@
 import math
 
 import pytest
-
-from engine.check import assert_engine_empty
-from engine.config import EngineConfig, ModelConfig
-from engine.llm_engine import LLMEngine
-from engine.models.shape import PRESETS
-from engine.null_executor import NullExecutor
-from engine.request import FinishReason, RequestOutput, SamplingParams
-from engine.timing import StepRecord
+from llmbench.engine.check import assert_engine_empty
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.models.shape import PRESETS
+from llmbench.engine.null_executor import NullExecutor
+from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
+from llmbench.engine.timing import StepRecord
 
 TINY = PRESETS["tiny"]
 

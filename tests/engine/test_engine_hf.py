@@ -6,15 +6,15 @@ import random
 
 import pytest
 import torch
+from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
+from llmbench.engine.check import assert_engine_empty
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.kernel_choice import select_ops
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.model_runner import ModelRunner
+from llmbench.engine.request import SamplingParams
+from llmbench.kernels import reference, triton_ops
 
-from engine.batch import ScheduledBatch, ScheduledSeq
-from engine.check import assert_engine_empty
-from engine.config import EngineConfig, ModelConfig
-from engine.kernel_choice import select_ops
-from engine.llm_engine import LLMEngine
-from engine.model_runner import ModelRunner
-from engine.request import SamplingParams
-from kernels import reference, triton_ops
 from tests.engine.test_model_hf import VARIANTS, hf_model
 
 MAX_NEW = 20

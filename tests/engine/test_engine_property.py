@@ -9,11 +9,14 @@ import math
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-
-from engine.check import assert_batch_within_blocks, assert_block_manager_consistent, assert_engine_empty
-from engine.config import EngineConfig, ModelConfig
-from engine.llm_engine import LLMEngine
-from engine.request import FinishReason, RequestOutput, SamplingParams
+from llmbench.engine.check import (
+    assert_batch_within_blocks,
+    assert_block_manager_consistent,
+    assert_engine_empty,
+)
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
 
 MAX_MODEL_LEN = 48
 

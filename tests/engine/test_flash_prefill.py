@@ -3,9 +3,10 @@ prefix-cache hits and decodes riding along in bf16 give the greedy tokens of the
 paged Triton kernel, with both FlashAttention-4 launches (fresh prompts, later chunks) taken and no
 kernel compiled after the engine started."""
 
-from engine.config import EngineConfig, ModelConfig
-from engine.llm_engine import LLMEngine
-from kernels import flash_attention
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.kernels import flash_attention
+
 from tests.engine.test_engine_hf import GREEDY, checkpoint, make_prompts, run  # noqa: F401
 from tests.kernels.test_flash_attention import flash_runs
 

@@ -5,11 +5,11 @@ import random
 
 import pytest
 import torch
+from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
+from llmbench.engine.block_tables import BlockTables
+from llmbench.engine.input_batch import InputBuffers
+from llmbench.engine.request import SamplingParams
 
-from engine.batch import ScheduledBatch, ScheduledSeq
-from engine.block_tables import BlockTables
-from engine.input_batch import InputBuffers
-from engine.request import SamplingParams
 from tests.engine.device_ops import DeviceOps
 
 BLOCK = 4

@@ -4,11 +4,11 @@ import json
 
 import pytest
 import torch
+from llmbench.engine.config import ModelConfig
+from llmbench.engine.loader import load_model, model_shape
+from llmbench.engine.models.shape import PRESETS
 from safetensors.torch import load_file, save_file
 
-from engine.config import ModelConfig
-from engine.loader import load_model, model_shape
-from engine.models.shape import PRESETS
 from tests.engine.test_model_hf import VARIANTS, PagedRun, hf_logits, hf_model, prompts
 
 

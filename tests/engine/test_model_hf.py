@@ -6,13 +6,12 @@ import random
 import pytest
 import torch
 import transformers
-
-from engine.batch import ScheduledBatch, ScheduledSeq
-from engine.input_batch import prepare_inputs
-from engine.loader import hf_tensor_names
-from engine.models.llama import LlamaForCausalLM, rope_cos_sin_cache
-from engine.models.shape import LlamaShape
-from engine.request import SamplingParams
+from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
+from llmbench.engine.input_batch import prepare_inputs
+from llmbench.engine.loader import hf_tensor_names
+from llmbench.engine.models.llama import LlamaForCausalLM, rope_cos_sin_cache
+from llmbench.engine.models.shape import LlamaShape
+from llmbench.engine.request import SamplingParams
 
 TINY = dict(
     hidden_size=64,

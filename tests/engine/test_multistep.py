@@ -5,13 +5,12 @@ import random
 
 import pytest
 import torch
-
-from engine.batch import ScheduledBatch, ScheduledSeq
-from engine.config import EngineConfig, ModelConfig
-from engine.llm_engine import LLMEngine
-from engine.models.shape import PRESETS
-from engine.null_executor import NullExecutor
-from engine.request import FinishReason, RequestOutput, SamplingParams
+from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.models.shape import PRESETS
+from llmbench.engine.null_executor import NullExecutor
+from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
 
 TINY = PRESETS["tiny"]
 

@@ -5,13 +5,12 @@ With model.null_forward_ms its forwards take that long on a simulated device, qu
 import time
 
 import pytest
-
-from engine.config import EngineConfig, ModelConfig
-from engine.input_batch import InputBuffers
-from engine.llm_engine import LLMEngine
-from engine.null_executor import SimulatedForwards
-from engine.request import SamplingParams
-from engine.sampler import Sampler
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.input_batch import InputBuffers
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.null_executor import SimulatedForwards
+from llmbench.engine.request import SamplingParams
+from llmbench.engine.sampler import Sampler
 
 
 @pytest.mark.parametrize("num_steps", [1, 4])

@@ -2,12 +2,11 @@ import math
 
 import pytest
 import torch
-
-from engine.batch import ScheduledSeq
-from engine.config import EngineConfig, ModelConfig
-from engine.llm_engine import LLMEngine
-from engine.request import SamplingParams
-from engine.sampler import Sampler
+from llmbench.engine.batch import ScheduledSeq
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import SamplingParams
+from llmbench.engine.sampler import Sampler
 
 EOS = 2
 CPU = torch.device("cpu")
@@ -139,7 +138,7 @@ def test_no_sampled_rows():
 
 
 def test_triton_backend_sampler_matches_reference():
-    from kernels import triton_ops
+    from llmbench.kernels import triton_ops
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where the kernels run
     logits = random_logits(5, vocab=300, seed=3).to(device)

@@ -1,12 +1,15 @@
 import pytest
-
-from engine.block_manager import BlockManager
-from engine.check import assert_batch_within_blocks, assert_block_manager_consistent, assert_engine_empty
-from engine.config import EngineConfig, ModelConfig
-from engine.llm_engine import LLMEngine
-from engine.request import FinishReason, RequestOutput, SamplingParams
-from engine.scheduler import Scheduler
-from engine.sequence import Sequence
+from llmbench.engine.block_manager import BlockManager
+from llmbench.engine.check import (
+    assert_batch_within_blocks,
+    assert_block_manager_consistent,
+    assert_engine_empty,
+)
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
+from llmbench.engine.scheduler import Scheduler
+from llmbench.engine.sequence import Sequence
 
 GREEDY = SamplingParams(max_tokens=4, ignore_eos=True)
 

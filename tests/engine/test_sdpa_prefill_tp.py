@@ -4,8 +4,9 @@ worker from the step's buffer read back; the tokens equal one rank's with the pa
 
 import random
 
-from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.llm_engine import LLMEngine
+
 from tests.engine.test_attention_split_hf import count_sdpa_calls
 from tests.engine.test_engine_hf import GREEDY, run
 from tests.engine.test_tp import TINY

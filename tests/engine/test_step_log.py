@@ -3,11 +3,10 @@ entries, which the scheduler refills in turn: it must still be the shape the ste
 records are drained at the end or during later steps' waits."""
 
 import pytest
-
-from engine.check import assert_engine_empty
-from engine.config import EngineConfig, ModelConfig
-from engine.llm_engine import LLMEngine
-from engine.request import SamplingParams
+from llmbench.engine.check import assert_engine_empty
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import SamplingParams
 
 
 def shapes_at_schedule(engine: LLMEngine) -> list[tuple[int, int, int, int]]:

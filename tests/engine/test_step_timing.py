@@ -5,9 +5,9 @@ logic runs here on fake events driven by a fake device clock, in the real engine
 import math
 
 import pytest
+from llmbench.engine.request import SamplingParams
+from llmbench.engine.timing import RESOLVE_EVERY, GpuTimer, StepRecord
 
-from engine.request import SamplingParams
-from engine.timing import RESOLVE_EVERY, GpuTimer, StepRecord
 from tests.engine.test_multistep import model_engine, null_engine, run, workload
 
 

@@ -3,12 +3,12 @@ equal transformers' under forced preemption and aborts, each forward's tokens le
 the next forward runs, and a run's token_times inside a window are distinct arrivals."""
 
 import pytest
+from llmbench.engine.check import assert_engine_empty
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.core_client import EngineCoreClient
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import FinishReason, SamplingParams
 
-from engine.check import assert_engine_empty
-from engine.config import EngineConfig, ModelConfig
-from engine.core_client import EngineCoreClient
-from engine.llm_engine import LLMEngine
-from engine.request import FinishReason, SamplingParams
 from llmbench.config import parse_config
 from llmbench.results import load_requests
 from llmbench.runner import run_benchmark

@@ -12,14 +12,14 @@ import time
 
 import pytest
 import torch
+from llmbench.engine.config import ConfigError, EngineConfig, ModelConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.models.shape import PRESETS
+from llmbench.engine.parallel import launch
+from llmbench.engine.parallel.group import STEP_TIMEOUT_S, TensorParallelError, TPGroup, packed_capacity
+from llmbench.engine.parallel.sharding import shard_plan, take_shard
+from llmbench.engine.request import SamplingParams
 
-from engine.config import ConfigError, EngineConfig, ModelConfig
-from engine.llm_engine import LLMEngine
-from engine.models.shape import PRESETS
-from engine.parallel import launch
-from engine.parallel.group import STEP_TIMEOUT_S, TensorParallelError, TPGroup, packed_capacity
-from engine.parallel.sharding import shard_plan, take_shard
-from engine.request import SamplingParams
 from tests.engine.test_core_process import process_gone
 from tests.engine.test_engine_hf import GREEDY, checkpoint, engine_for, make_prompts, run  # noqa: F401
 
@@ -209,7 +209,7 @@ def worker_children() -> list[int]:
         with open(f"/proc/{pid}/stat") as f:
             state = f.read().rsplit(")", 1)[1].split()[0]
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            if state == "Z" or b"engine.parallel.worker" in f.read():
+            if state == "Z" or b"llmbench.engine.parallel.worker" in f.read():
                 found.append(pid)
     return found
 
@@ -244,9 +244,9 @@ def test_workers_exit_when_their_parent_is_killed(tmp_path):
     script = textwrap.dedent(
         """
         import sys, time
-        from engine.config import EngineConfig, ModelConfig
-        from engine.llm_engine import LLMEngine
-        from engine.request import SamplingParams
+        from llmbench.engine.config import EngineConfig, ModelConfig
+        from llmbench.engine.llm_engine import LLMEngine
+        from llmbench.engine.request import SamplingParams
         engine = LLMEngine(EngineConfig(model=ModelConfig(preset="tiny", device="cpu", dtype="float32"),
                                         tensor_parallel_size=2))
         engine.generate([[1, 2, 3]], SamplingParams(max_tokens=4))

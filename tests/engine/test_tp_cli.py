@@ -125,4 +125,4 @@ def children(pid: int) -> list[int]:
     """The worker ranks among a process's children."""
     with open(f"/proc/{pid}/task/{pid}/children") as f:
         pids = [int(p) for p in f.read().split()]
-    return [p for p in pids if b"engine.parallel.worker" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    return [p for p in pids if b"llmbench.engine.parallel.worker" in Path(f"/proc/{p}/cmdline").read_bytes()]

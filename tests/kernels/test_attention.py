@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from llmbench.kernels import attention, prefill_attention, reference, triton_ops
+from llmbench.kernels.attention import paged_decode_attention
 
-from kernels import attention, prefill_attention, reference, triton_ops
-from kernels.attention import paged_decode_attention
 from tests.kernels.paged_kv import DEVICE, FP32_TOL, random_paged_kv
 
 gpu_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

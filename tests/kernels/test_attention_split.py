@@ -5,9 +5,9 @@ whole step."""
 import numpy as np
 import pytest
 import torch
+from llmbench.kernels import attention_split, reference, triton_ops
+from llmbench.kernels.attention_split import plan_attention_split, sdpa_backends, split_attention
 
-from kernels import attention_split, reference, triton_ops
-from kernels.attention_split import plan_attention_split, sdpa_backends, split_attention
 from tests.kernels.paged_kv import DEVICE, FP32_TOL, random_paged_kv
 
 gpu_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

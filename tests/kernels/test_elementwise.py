@@ -4,8 +4,8 @@ import math
 
 import pytest
 import torch
+from llmbench.kernels import reference, triton_ops
 
-from kernels import reference, triton_ops
 from tests.kernels.paged_kv import DEVICE, FP32_TOL, cos_sin_cache
 
 gpu_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -4,10 +4,10 @@ chunk another (on the CPU), the refusal where the kernels cannot run, and, where
 
 import pytest
 import torch
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.model_runner import ModelRunner
+from llmbench.kernels import flash_attention, triton_ops
 
-from engine.config import EngineConfig, ModelConfig
-from engine.model_runner import ModelRunner
-from kernels import flash_attention, triton_ops
 from tests.kernels.test_attention_split import DECODE_STEP, _plan, _split_and_reference
 
 

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from llmbench.kernels import reference, triton_ops
+from llmbench.kernels.gemv import MAX_ROWS, gemv
 
-from kernels import reference, triton_ops
-from kernels.gemv import MAX_ROWS, gemv
 from tests.kernels.paged_kv import DEVICE
 
 gpu_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

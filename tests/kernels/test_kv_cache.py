@@ -2,8 +2,8 @@
 
 import pytest
 import torch
+from llmbench.kernels import reference, triton_ops
 
-from kernels import reference, triton_ops
 from tests.kernels.paged_kv import DEVICE, cos_sin_cache
 
 

@@ -1,8 +1,8 @@
 """Programmatic dependent launch: when kernels use it, and the engine switch."""
 
 import torch
+from llmbench.kernels import pdl
 
-from kernels import pdl
 from tests.kernels.paged_kv import DEVICE
 
 
@@ -17,8 +17,8 @@ def test_dependent_launch_is_off_without_a_compiled_hopper_kernel():
 
 
 def test_engine_config_switches_dependent_launch(monkeypatch):
-    from engine.config import EngineConfig, ModelConfig
-    from engine.llm_engine import LLMEngine
+    from llmbench.engine.config import EngineConfig, ModelConfig
+    from llmbench.engine.llm_engine import LLMEngine
 
     monkeypatch.setattr(pdl, "device_supports", lambda device: True)  # as on a Hopper GPU
     try:

@@ -2,7 +2,7 @@
 
 import inspect
 
-from kernels import reference, triton_ops
+from llmbench.kernels import reference, triton_ops
 
 
 def _public_functions(module) -> dict:

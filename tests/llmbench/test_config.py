@@ -3,9 +3,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from llmbench.engine.config import ConfigError
 from typer.testing import CliRunner
 
-from engine.config import ConfigError
 from llmbench.cli import app
 from llmbench.config import load_config, parse_config
 

@@ -16,9 +16,9 @@ from typing import Any, Literal, Union
 import yaml
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
+from llmbench.engine.config import EngineConfig
 from typer.testing import CliRunner
 
-from engine.config import EngineConfig
 from llmbench.cli import app
 from llmbench.config import ConfigFileError, RunConfig, load_config
 from llmbench.results import load_summary

@@ -5,11 +5,11 @@ Also the early stop on output.max_error_rate and the --check leak check."""
 import time
 
 import pytest
+from llmbench.engine.request import SamplingParams
 from typer.testing import CliRunner
 
 import llmbench.backends
 import llmbench.backends.bundled
-from engine.request import SamplingParams
 from llmbench.backends.bundled import BundledBackend
 from llmbench.cli import app
 from llmbench.config import parse_config

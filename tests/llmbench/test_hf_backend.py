@@ -39,7 +39,8 @@ def test_hf_peer_runs_the_same_model_and_stamps_each_step(tmp_path):
 
 
 def test_abort_stops_a_running_row_and_an_all_aborted_batch_ends_early():
-    from engine.request import SamplingParams
+    from llmbench.engine.request import SamplingParams
+
     from llmbench.backends.hf import HFBackend
 
     backend = HFBackend()

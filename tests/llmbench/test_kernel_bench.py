@@ -86,7 +86,8 @@ def test_every_engine_kernel_has_a_case_and_cases_are_distinct():
 def test_the_flash_split_is_timed_at_every_prefill_shape_where_it_runs(monkeypatch):
     """Where FlashAttention-4 runs, the engine's flash op beside ours at each prefill shape, cached
     prefix included, with the same FLOP count; elsewhere its rows are left out."""
-    from kernels import flash_attention
+    from llmbench.kernels import flash_attention
+
     from llmbench.kernel_cases import all_cases
 
     monkeypatch.setattr(flash_attention, "unavailable_reason", lambda device, dtype, head_dim: "absent")
@@ -100,7 +101,8 @@ def test_the_flash_split_is_timed_at_every_prefill_shape_where_it_runs(monkeypat
 
 
 def test_no_prefix_prefill_shapes_are_timed_ours_paged_ours_split_and_torch_alone(monkeypatch):
-    from kernels import flash_attention
+    from llmbench.kernels import flash_attention
+
     from llmbench.kernel_cases import all_cases
 
     # the flash rows, where they run, have a test of their own

@@ -3,8 +3,8 @@ import socket
 import time
 
 import pytest
+from llmbench.engine.request import SamplingParams
 
-from engine.request import SamplingParams
 from llmbench.backends.openai import OpenAIBackend
 from llmbench.config import ConfigError, parse_config
 from llmbench.metrics import arrival_gaps

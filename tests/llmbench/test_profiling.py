@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.nvtx_ranges import nvtx_ranges
+from llmbench.engine.request import SamplingParams
 from typer.testing import CliRunner
 
-from engine.config import EngineConfig, ModelConfig
-from engine.llm_engine import LLMEngine
-from engine.nvtx_ranges import nvtx_ranges
-from engine.request import SamplingParams
 from llmbench.cli import app
 from llmbench.profiling import nsys
 from llmbench.profiling.nsys_stats import load_stats, stats_csv_path
@@ -108,9 +108,9 @@ def test_nvtx_ranges_are_off_without_a_profiler():
 NVTX_HEADERS = sorted(glob.glob("/usr/local/cuda*/include/nvtx3/nvToolsExt.h"))
 
 ENGINE_STEPS = """
-from engine.config import EngineConfig, ModelConfig
-from engine.llm_engine import LLMEngine
-from engine.request import SamplingParams
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import SamplingParams
 
 engine = LLMEngine(EngineConfig(model=ModelConfig(preset="tiny", executor="null")))
 engine.add_request("a", [1, 2, 3], SamplingParams(max_tokens=2, ignore_eos=True))

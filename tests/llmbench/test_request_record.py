@@ -3,10 +3,10 @@
 import time
 
 import pytest
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
 
-from engine.config import EngineConfig, ModelConfig
-from engine.llm_engine import LLMEngine
-from engine.request import FinishReason, RequestOutput, SamplingParams
 from llmbench.request_record import DeferredOutputs, record_outputs
 from llmbench.results import RequestRecord
 

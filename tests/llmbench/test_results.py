@@ -5,9 +5,9 @@ import os
 from stat import S_IMODE
 
 import pytest
+from llmbench.engine.timing import StepRecord
 from typer.testing import CliRunner
 
-from engine.timing import StepRecord
 from llmbench.cli import app
 from llmbench.results import RequestRecord, load_requests, load_steps, load_summary, write_atomic
 from llmbench.run_dir import claim_run_dir

@@ -4,12 +4,12 @@ import time
 
 import numpy as np
 import pytest
+from llmbench.engine.gc_heap import YOUNG_GC_THRESHOLD
 from typer.testing import CliRunner
 
 import llmbench
 import llmbench.backends
 import llmbench.runner
-from engine.gc_heap import YOUNG_GC_THRESHOLD
 from llmbench.backends.bundled import BundledBackend
 from llmbench.cli import app
 from llmbench.config import parse_config

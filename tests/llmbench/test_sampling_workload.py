@@ -2,8 +2,8 @@
 run on the real tiny model draws other tokens than a greedy one."""
 
 import pytest
+from llmbench.engine.config import ConfigError
 
-from engine.config import ConfigError
 from llmbench.backends.bundled import BundledBackend
 from llmbench.config import parse_config
 from llmbench.results import load_requests

@@ -8,9 +8,8 @@ import threading
 import time
 
 import pytest
-
-from engine.config import EngineConfig, ModelConfig
-from engine.serving.api_server import ServerState, bind_socket, build_app, make_server
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.serving.api_server import ServerState, bind_socket, build_app, make_server
 
 TINY = ModelConfig(preset="tiny", device="cpu", dtype="float32")
 

@@ -5,11 +5,11 @@ import time
 import httpx
 import openai
 import pytest
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.request import SamplingParams
+from llmbench.engine.serving.engine_loop import RECORDS_EVERY_S
 
-from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine
-from engine.request import SamplingParams
-from engine.serving.engine_loop import RECORDS_EVERY_S
 from tests.engine.serving.conftest import TINY
 
 PROMPTS = [[(11 * i + j) % 500 + 3 for j in range(4 + 7 * i)] for i in range(3)]

@@ -4,13 +4,12 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from llmbench.engine.config import ModelConfig
+from llmbench.engine.models.shape import PRESETS, LlamaShape
+from llmbench.engine.serving import synthetic_bpe
+from llmbench.engine.serving.detokenizer import IncrementalDetokenizer
+from llmbench.engine.serving.tokenizer import TextTokenizer, load_tokenizer
 from tokenizers import Tokenizer, decoders, models, normalizers
-
-from engine.config import ModelConfig
-from engine.models.shape import PRESETS, LlamaShape
-from engine.serving import synthetic_bpe
-from engine.serving.detokenizer import IncrementalDetokenizer
-from engine.serving.tokenizer import TextTokenizer, load_tokenizer
 
 MULTILINGUAL = [
     "Hello, world! naïve café, Straße, Ærø",
@@ -139,8 +138,8 @@ LLAMA3_STYLE_TEMPLATE = (
 
 
 def test_a_model_directory_brings_its_tokenizer_and_chat_template(tiny, tmp_path):
-    from engine.serving.inputs import BadRequest, chat_prompt
-    from engine.serving.protocol import ChatCompletionRequest
+    from llmbench.engine.serving.inputs import BadRequest, chat_prompt
+    from llmbench.engine.serving.protocol import ChatCompletionRequest
 
     tiny.tokenizer.save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": LLAMA3_STYLE_TEMPLATE}))

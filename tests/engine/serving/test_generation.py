@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from llmbench.engine.models.shape import PRESETS
+from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
+from llmbench.engine.serving.engine_loop import EngineDeadError
+from llmbench.engine.serving.generation import Generation
+from llmbench.engine.serving.metrics import ServerMetrics
+from llmbench.engine.serving.tokenizer import load_tokenizer
 
-from engine.models.shape import PRESETS
-from engine.request import FinishReason, RequestOutput, SamplingParams
-from engine.serving.engine_loop import EngineDeadError
-from engine.serving.generation import Generation
-from engine.serving.metrics import ServerMetrics
-from engine.serving.tokenizer import load_tokenizer
 from tests.engine.serving.conftest import TINY
 
 TEXT = "Hello there, how are you?"

@@ -1,6 +1,5 @@
+from llmbench.engine.serving.metrics import LATENCY_BUCKETS_S, ServerMetrics
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
-
-from engine.serving.metrics import LATENCY_BUCKETS_S, ServerMetrics
 
 
 def exposition(registry: CollectorRegistry, name: str) -> list[str]:
