@@ -4,12 +4,12 @@
 #
 #   scripts/perf_gate.sh [--baseline COMMIT] [--current COMMIT] [--pairs N] [--threshold PCT] [--keep DIR]
 #
-# --baseline  default: the commit named in results/baselines/ci/COMMIT (built in a git worktree)
+# --baseline  default: the commit named in scripts/perf_gate_baseline (built in a git worktree)
 # --current   default: this checkout's working tree as it is; a commit is built in a worktree
 # --pairs     baseline/current run pairs a round (default 20); while the runs are too noisy to catch twice
 #             the threshold, another round, up to three
-# --threshold the slowdown that fails (default 10%, chosen from measured A/A noise: README, "Regression
-#             gate"); the gate also fails when its trials are too noisy to catch twice that
+# --threshold the slowdown that fails (default 10%, chosen from measured A/A noise: docs/guides/ci-gate.md);
+#             the gate also fails when its trials are too noisy to catch twice that
 # --keep DIR  copy the verdicts (verdicts.json) there
 #
 # PERF_GATE_INJECT_US=N makes the current side (then always a worktree of --current, default HEAD) busy-wait
@@ -49,8 +49,8 @@ done
 inject="${PERF_GATE_INJECT_US:-}"
 [[ -z "$inject" || "$inject" =~ ^[0-9]+(\.[0-9]+)?$ ]] || fail_usage "PERF_GATE_INJECT_US must be microseconds"
 if [ -z "$baseline" ]; then
-    [ -f "$root/results/baselines/ci/COMMIT" ] || fail_usage "no --baseline and no results/baselines/ci/COMMIT"
-    baseline="$(tr -d '[:space:]' <"$root/results/baselines/ci/COMMIT")"
+    [ -f "$root/scripts/perf_gate_baseline" ] || fail_usage "no --baseline and no scripts/perf_gate_baseline"
+    baseline="$(tr -d '[:space:]' <"$root/scripts/perf_gate_baseline")"
 fi
 resolve() {
     git -C "$root" rev-parse --verify -q "$1^{commit}" \

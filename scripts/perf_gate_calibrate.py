@@ -2,9 +2,11 @@
 with the same commit on both sides (A/A: every failure is a false alarm) and with a known slowdown
 injected into the current side (PERF_GATE_INJECT_US: a busy-wait in every schedule(), sized from the first
 A/A gate's baseline as the given fraction of its CPU ms per step). The two kinds alternate, so both face
-the same load; the load average is recorded with each gate.
+the same load; the load average is recorded with each gate. A gate takes 10-22 s on the project's 2-core
+CPU, so the command below runs for about 10-20 minutes; the published calibration is
+docs/measurements/cpu/perf_gate_calibration.json (docs/guides/ci-gate.md).
 
-    python3 scripts/perf_gate_calibrate.py --aa 40 --injected 20 --out results/cpu/perf_gate_calibration.json
+    python3 scripts/perf_gate_calibrate.py --aa 40 --injected 20 --out runs/perf_gate_calibration.json
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--threshold", default="10%")
     parser.add_argument("--commit", default="HEAD", help="the code on both sides")
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "cpu" / "perf_gate_calibration.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "perf_gate_calibration.json")
     args = parser.parse_args()
     if args.aa < 1 or args.injected < 0:
         parser.error("--aa must be >= 1 and --injected >= 0")

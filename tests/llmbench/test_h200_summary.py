@@ -1,12 +1,12 @@
-"""scripts/h200_summary.py: results/h200/summary.json is made from the result files alone, every target
-with a met flag, and a missing file leaves its targets "not measured" instead of failing."""
+"""benchmarks/h200_summary.py: the H200 summary is made from the result files alone, every target with a
+met flag, and a missing file leaves its targets "not measured" instead of failing."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).parents[2] / "scripts" / "h200_summary.py"
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "h200_summary.py"
 
 
 def summarize(directory: Path) -> dict:
