@@ -18,10 +18,10 @@ from llmbench.profiling.nsys_stats import (
 from llmbench.profiling.report_section import profile_section_html
 
 DATA = Path(__file__).parent.parent / "data"
-RESULTS = Path(__file__).parents[2] / "results" / "h200"
-# `llmbench profile configs/llama3-8b-decode.yaml --nsys` on an H200 (scripts/h200_ablate_profile.sh):
+# `llmbench profile configs/llama3-8b-decode.yaml --nsys` on an H200 (benchmarks/h200_ablate_profile.sh):
 # Llama-3-8B, 256 sequences decoding, every optimization off (steps 300:310) and on (steps 45:48); the
-# tables nsys stats wrote, the kernel trace gzipped
+# tables nsys stats wrote, the kernel trace gzipped, and the profile.json the run wrote from them
+# (published as docs/measurements/h200/profile_all_off.json and profile_all_on.json)
 ALL_OFF = DATA / "nsys" / "all_off"
 ALL_ON = DATA / "nsys" / "all_on"
 
@@ -146,9 +146,9 @@ def rounded(value):
 
 @pytest.mark.parametrize("prefix, name", [(ALL_OFF, "profile_all_off"), (ALL_ON, "profile_all_on")])
 def test_summary_matches_the_committed_h200_profile(tables, prefix, name):
-    """Every figure the committed profile holds comes out of its tables the same (those files predate
-    the kernel kinds, which the test below checks on the same tables)."""
-    committed = json.loads((RESULTS / f"{name}.json").read_text())
+    """Every figure the profile of the H200 run holds comes out of its tables the same (those files
+    predate the kernel kinds, which the test below checks on the same tables)."""
+    committed = json.loads((DATA / "nsys" / f"{name}.json").read_text())
     summary = load_stats(tables(prefix))
     del summary["kernels"]["kinds"]
     assert rounded({key: committed[key] for key in summary}) == rounded(summary)

@@ -1,5 +1,5 @@
 """The report pages of studies (an ablation from its variants and trials, a sweep from its rates) and of
-the committed H200 result files."""
+a directory of collected result files, as docs/measurements/h200 is."""
 
 import json
 from pathlib import Path
@@ -47,16 +47,57 @@ def test_sweep_page_is_built_from_its_rates(tmp_path):
     assert [p["note"] for p in ttft["datasets"][0]["data"]] == ["10 req/s", "40 req/s"]
 
 
-def test_committed_h200_results_render_as_what_they_are(tmp_path):
-    html = write_report([Path("results/h200")], tmp_path).read_text()
+def collected_results(root: Path) -> Path:
+    """A directory of collected result files of every kind a GPU session leaves, written here."""
+    root.mkdir(parents=True)
+
+    def write(name: str, data: dict) -> None:
+        (root / name).write_text(json.dumps(data))
+
+    def ablation(busy_key: str, off: float, on: float) -> dict:
+        variants = [
+            {"name": name, "toggles": {}, "metrics": {"output_throughput": tok_s}, "steps": steps}
+            for name, tok_s, steps in (
+                ("all off", off, {busy_key: 0.861, "mean_gpu_ms": 24.0}),
+                ("all on", on, {busy_key: 0.983, "mean_gpu_ms": 11.0}),
+            )
+        ]
+        return {"command": "llmbench ablate configs/llama3-8b-decode.yaml", "order": [], "variants": variants}
+
+    write("ablation.json", ablation("gpu_busy_step_spans", 9949.0, 19031.0))
+    write("ablation_slower_host.json", ablation("gpu_busy_fraction", 8940.0, 18981.0))
+    environment = {"python": "3.12", "gpu": "NVIDIA H200", "gpu_memory_gb": 139.8, "torch": "2.11"}
+    run = {"config": {"name": "throughput"}, "environment": environment}
+    write(
+        "throughput_bundled.json",
+        {**run, "metrics": {"output_throughput": 10997.0}, "steps": {"mean_gpu_ms": 9.9}},
+    )
+    profile = Path(__file__).parent.parent / "data" / "nsys" / "profile_all_on.json"
+    (root / "profile_all_on.json").write_text(profile.read_text())
+    write("decode_bs1.json", {"command": "python h200_decode.py", "wall_ms_per_token": {"graphs": 4.04}})
+    kernel = {"kernel": "paged_decode_attention", "shape": "B=64 ctx=2048", "median_us": 136.6}
+    write("kernels.json", {"command": "llmbench kernels", "kernels": [kernel]})
+    write(
+        "serving.json", {"command": "python h200_serving.py", "variants": {"in-process": {"tok_s": 19824.0}}}
+    )
+    write(
+        "sampling_drain.json",
+        {"command": "bash h200_sampling_drain.sh", "points": {"greedy": {"tok_s": 1.0}}},
+    )
+    return root
+
+
+def test_collected_results_render_as_what_they_are(tmp_path):
+    root = collected_results(tmp_path / "h200")
+    html = write_report([root], tmp_path / "report").read_text()
     page = visible(html)
     assert "llmbench report: h200 (result files)" in page
     for title in ("Ablation: ablation.json", "Ablation: ablation_slower_host.json", "Runs"):
         assert f"<h3>{title}</h3>" in page
-    all_on = json.loads(Path("results/h200/ablation.json").read_text())["variants"][-1]
+    all_on = json.loads((root / "ablation.json").read_text())["variants"][-1]
     assert number(all_on["metrics"]["output_throughput"]) in page
     assert number(all_on["steps"]["gpu_busy_step_spans"], "%") in page
-    older = json.loads(Path("results/h200/ablation_slower_host.json").read_text())["variants"][-1]
+    older = json.loads((root / "ablation_slower_host.json").read_text())["variants"][-1]
     assert number(older["steps"]["gpu_busy_fraction"], "%") in page  # old key, read as step-span busy
     assert "Kernel busy (nsys): 98.2%" in page  # the nsys profile, as its own section
     assert "Batch-1 decode: decode_bs1.json" in page and "Kernel timings: kernels.json" in page
