@@ -20,7 +20,9 @@ from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
 from llmbench.engine.config import EngineConfig, ModelConfig
 from llmbench.engine.input_batch import prepare_inputs
 from llmbench.engine.llm_engine import LLMEngine
-from llmbench.engine.loader import load_model, model_shape
+from llmbench.engine.loader import load_model
+from llmbench.engine.model_facts import resolve_model_facts
+from llmbench.engine.models.shape import model_shape
 from llmbench.engine.request import SamplingParams
 from llmbench.kernels import reference, triton_ops
 
@@ -48,7 +50,8 @@ def logits_check(preset: str, device: str, prompts: list[list[int]]) -> dict:
     """Last-position logits of the prompts in one prefill forward: bf16 with each backend, and float32
     with the torch backend on the same (bf16-valued) weights. Tells bf16 rounding from a kernel bug: the
     Triton backend should sit as close to float32 as the torch backend in bf16 does."""
-    model = load_model(ModelConfig(preset=preset, device=device, dtype="bfloat16"), triton_ops)
+    config = EngineConfig(model=ModelConfig(preset=preset, device=device, dtype="bfloat16"))
+    model = load_model(config.model, resolve_model_facts(config), triton_ops)
     seqs, next_block = [], 0
     for i, prompt in enumerate(prompts):
         num_blocks = -(-len(prompt) // BLOCK)

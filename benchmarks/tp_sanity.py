@@ -21,15 +21,23 @@ from pathlib import Path
 import llmbench.engine.llm_engine as llm_engine
 from llmbench.engine.config import EngineConfig, ModelConfig
 from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.model_facts import resolve_model_facts
+from llmbench.engine.model_runner import ModelRunner
 from llmbench.engine.parallel.launch import start_runner
 from llmbench.engine.request import SamplingParams
+
+
+def grouped_executor(config: EngineConfig) -> ModelRunner:
+    """The runner as rank 0 of a group, also of one rank, which the engine itself runs without a group."""
+    facts = resolve_model_facts(config)
+    return start_runner(config, facts, lambda group: ModelRunner(config, facts, group))
 
 
 def measure(config: EngineConfig, prompts: list[list[int]], max_tokens: int, grouped: bool) -> dict:
     """Build the engine (rank 0 of a group when grouped), warm it up, and time one greedy batch."""
     make_executor = llm_engine.make_executor
-    if grouped:  # also for one rank, which the engine itself runs without a group
-        llm_engine.make_executor = start_runner
+    if grouped:
+        llm_engine.make_executor = grouped_executor
     try:
         engine = LLMEngine(config)
     finally:

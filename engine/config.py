@@ -32,7 +32,7 @@ PREFILL_ATTENTIONS = ("paged", "sdpa", "flash")
 @dataclass
 class ModelConfig:
     """Which weights to run, and where. `preset` names a shape with seeded random weights
-    (see engine.models.llama.PRESETS); `path` is a local HF-format directory and wins over preset."""
+    (see engine/models/shape.py PRESETS); `path` is a local HF-format directory and wins over preset."""
 
     preset: str | None = "tiny"
     path: str | None = None

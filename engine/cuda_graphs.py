@@ -19,8 +19,9 @@ import logging
 from collections.abc import Callable
 
 import torch
-from llmbench.engine.models.llama import AttentionMetadata, KVCache, LlamaForCausalLM
-from llmbench.engine.step_layout import ModelInput, StepLayout
+from llmbench.engine.kv_pool import KVCache
+from llmbench.engine.models.llama import LlamaForCausalLM
+from llmbench.engine.step_layout import AttentionMetadata, ModelInput, StepLayout
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from types import ModuleType
 
 import torch
 from llmbench.engine.config import EngineConfig
-from llmbench.engine.loader import model_shape, resolve_dtype
+from llmbench.engine.model_facts import ModelFacts
 from llmbench.kernels import flash_attention, reference
 
 logger = logging.getLogger(__name__)
@@ -32,10 +32,10 @@ def select_ops(backend: str, device: torch.device) -> ModuleType:
     return triton_ops
 
 
-def checked_ops(config: EngineConfig, device: torch.device) -> ModuleType:
+def checked_ops(config: EngineConfig, facts: ModelFacts) -> ModuleType:
     """select_ops, once the model's head dimension and dtype suit every kernel the config names."""
-    ops = select_ops(config.attention_backend, device)
-    head_dim = model_shape(config.model).head_dim
+    ops = select_ops(config.attention_backend, facts.device)
+    head_dim = facts.shape.head_dim
     if ops is not reference and head_dim & (head_dim - 1):
         # the Triton kernels tile a head in one power-of-two block
         raise ValueError(
@@ -43,7 +43,6 @@ def checked_ops(config: EngineConfig, device: torch.device) -> ModuleType:
             f"{head_dim}; use attention_backend: torch"
         )
     if config.prefill_attention == "flash":
-        dtype = resolve_dtype(config.model.dtype, device)
-        if reason := flash_attention.unavailable_reason(device, dtype, head_dim):
+        if reason := flash_attention.unavailable_reason(facts.device, facts.dtype, head_dim):
             raise ValueError(f"engine.prefill_attention 'flash' {reason}")
     return ops

@@ -15,6 +15,7 @@ from llmbench.engine.admission import input_problem, rejection
 from llmbench.engine.block_manager import BlockManager
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.in_flight import InFlightStep
+from llmbench.engine.model_facts import resolve_model_facts
 from llmbench.engine.model_runner import ModelRunner
 from llmbench.engine.null_executor import NullExecutor
 from llmbench.engine.nvtx_ranges import nvtx_ranges
@@ -31,12 +32,13 @@ logger = logging.getLogger(__name__)
 
 def make_executor(config: EngineConfig) -> ModelRunner | NullExecutor:
     """The null executor or the real model runner (rank 0 of a tensor-parallel group when
-    tensor_parallel_size > 1); the one place that chooses."""
+    tensor_parallel_size > 1); the one place that chooses, and where the model facts are resolved."""
+    facts = resolve_model_facts(config)
     if config.model.executor == "null":
-        return NullExecutor(config)
+        return NullExecutor(config, facts)
     if config.tensor_parallel_size > 1:
-        return start_runner(config)
-    return ModelRunner(config)
+        return start_runner(config, facts, lambda group: ModelRunner(config, facts, group))
+    return ModelRunner(config, facts)
 
 
 class LLMEngine:

@@ -1,6 +1,7 @@
-"""Build the model a ModelConfig names: a preset shape with seeded random weights, or a local HF-format
-directory (config.json + *.safetensors, single or sharded). Never touches the network. A tensor-
-parallel rank gets only its shard: from a checkpoint it reads only its slices of each tensor."""
+"""Build the model a ModelConfig names, in the shape, device and dtype its ModelFacts hold: a preset with
+seeded random weights, or a local HF-format directory (*.safetensors, single or sharded). Never touches
+the network. A tensor-parallel rank gets only its shard: from a checkpoint it reads only its slices of
+each tensor."""
 
 from __future__ import annotations
 
@@ -12,52 +13,23 @@ from types import ModuleType
 
 import torch
 from llmbench.engine.config import ModelConfig
-from llmbench.engine.models.llama import Group, LlamaForCausalLM, rope_cos_sin_cache
-from llmbench.engine.models.shape import PRESETS, LlamaShape
-from llmbench.engine.parallel.group import LOCAL
+from llmbench.engine.model_facts import ModelFacts
+from llmbench.engine.models.llama import LlamaForCausalLM, rope_cos_sin_cache
+from llmbench.engine.parallel.group import LOCAL, Group
 from llmbench.engine.parallel.sharding import pad_to, part_range, shard_plan, take_shard
 from llmbench.kernels import reference
 from safetensors import SafetensorError, safe_open
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("model.device is 'cuda' but no CUDA device is available")
-    return torch.device(name)
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return _DTYPES[name]
-
-
-def resolve_max_model_len(max_model_len: int | None, shape: LlamaShape) -> int:
-    """engine.max_model_len, defaulting to the model's max_position_embeddings and bounded by it."""
-    if max_model_len is None:
-        return shape.max_position_embeddings
-    if max_model_len > shape.max_position_embeddings:
-        raise ValueError(
-            f"engine.max_model_len {max_model_len} exceeds the model's max_position_embeddings "
-            f"{shape.max_position_embeddings}"
-        )
-    return max_model_len
-
-
-def load_model(config: ModelConfig, ops: ModuleType = reference, group: Group = LOCAL) -> LlamaForCausalLM:
-    """The model (this rank's shard of it) on its device and dtype, in eval mode, using the given op
-    backend."""
-    device = resolve_device(config.device)
-    dtype = resolve_dtype(config.dtype, device)
+def load_model(
+    config: ModelConfig, facts: ModelFacts, ops: ModuleType = reference, group: Group = LOCAL
+) -> LlamaForCausalLM:
+    """The model (this rank's shard of it) on the facts' device and dtype, in eval mode, using the given
+    op backend: the weights the config names, of the facts' shape."""
+    shape, device, dtype = facts.shape, facts.device, facts.dtype
     path = Path(config.path) if config.path else None
-    shape = model_shape(config)
     # build on meta so a large model is never materialized twice (or in float32 first)
     with torch.device("meta"):
         model = LlamaForCausalLM(shape, ops, group)
@@ -72,47 +44,6 @@ def load_model(config: ModelConfig, ops: ModuleType = reference, group: Group = 
         "loaded %s: %.2fB params, %s on %s", path or config.preset, shape.num_params() / 1e9, dtype, device
     )
     return model.eval().requires_grad_(False)
-
-
-def model_shape(config: ModelConfig) -> LlamaShape:
-    """The shape the config names: read from the model directory's config.json when a path is given
-    (it wins over the preset), else the preset's. Reads no weights."""
-    return _read_hf_shape(Path(config.path)) if config.path else _preset_shape(config.preset)
-
-
-def _preset_shape(name: str | None) -> LlamaShape:
-    if name not in PRESETS:
-        raise ValueError(f"model.preset: unknown model preset {name!r}; presets: {', '.join(PRESETS)}")
-    return PRESETS[name]
-
-
-def _read_hf_shape(path: Path) -> LlamaShape:
-    if not path.is_dir():
-        raise ValueError(f"model.path: {path} is not a directory")
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise ValueError(f"model.path: {config_file} not found: not an HF-format model directory")
-    try:
-        cfg = json.loads(config_file.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{config_file} is not valid JSON: {e}") from e
-    architectures = cfg.get("architectures") or []
-    if not any(a in SUPPORTED_ARCHITECTURES for a in architectures):
-        raise ValueError(
-            f"{config_file}: unsupported architecture {architectures}; "
-            f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
-        )
-    window = cfg.get("sliding_window")
-    if window and cfg.get("use_sliding_window", True) and window < cfg.get("max_position_embeddings", 0):
-        logger.warning(
-            "%s: sliding window %d ignored; outputs differ from the reference past it", path, window
-        )
-    try:
-        return LlamaShape.from_hf_config(cfg)
-    except KeyError as e:
-        raise ValueError(f"{config_file}: missing key {e}") from e
-    except ValueError as e:
-        raise ValueError(f"{config_file}: {e}") from e
 
 
 def init_random_weights(model: LlamaForCausalLM, seed: int) -> None:

@@ -4,7 +4,6 @@ into sampled tokens (prepare inputs -> forward -> logits of the sampled rows -> 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import replace
@@ -17,10 +16,11 @@ from llmbench.engine.cuda_graphs import DecodeGraphs, graph_bucket
 from llmbench.engine.in_flight import ForwardTokens
 from llmbench.engine.input_batch import InputBuffers
 from llmbench.engine.kernel_choice import checked_ops
-from llmbench.engine.loader import load_model, resolve_device, resolve_max_model_len
-from llmbench.engine.models.llama import Group, KVCache
+from llmbench.engine.kv_pool import KVPool
+from llmbench.engine.loader import load_model
+from llmbench.engine.model_facts import ModelFacts
 from llmbench.engine.nvtx_ranges import nvtx_ranges, phase_range
-from llmbench.engine.parallel.group import LOCAL
+from llmbench.engine.parallel.group import LOCAL, Group
 from llmbench.engine.request import SamplingParams
 from llmbench.engine.sampler import Sampler
 from llmbench.engine.step_layout import ModelInput
@@ -30,25 +30,19 @@ from llmbench.kernels.attention_split import plan_attention_split, sdpa_backends
 
 logger = logging.getLogger(__name__)
 
-CPU_KV_TOKENS_PER_SEQ = 2048  # CPU pool default: this many tokens per sequence slot ...
-CPU_KV_MAX_BYTES = 1 << 30  # ... capped at 1 GiB
-
 
 class ModelRunner:
     """One rank's runner: with tensor parallelism, rank 0's runs the engine's steps and sends each
     one's inputs to the other ranks (engine/parallel/worker.py runs them there)."""
 
-    def __init__(self, config: EngineConfig, group: Group = LOCAL):
+    def __init__(self, config: EngineConfig, facts: ModelFacts, group: Group = LOCAL):
         self.config = config
         self.group = group
         self.block_size = config.block_size
-        self.device = resolve_device(config.model.device)
-        ops = checked_ops(config, self.device)
+        self.shape, self.max_model_len, self.device = facts.shape, facts.max_model_len, facts.device
+        ops = checked_ops(config, facts)
         pdl.set_enabled(config.dependent_launch)  # before any kernel runs or a graph is captured
-        self.model = load_model(config.model, ops, group)
-        self.shape = self.model.shape
-        self.dtype = self.model.embed_tokens.weight.dtype
-        self.max_model_len = resolve_max_model_len(config.max_model_len, self.shape)
+        self.model = load_model(config.model, facts, ops, group)
         self.sampler = Sampler(
             self.shape.eos_token_id, self.shape.vocab_size, self.device, config.model.seed, ops
         )
@@ -57,15 +51,16 @@ class ModelRunner:
         # the forwards of the step in flight and of the next one, and one spare
         self.readback = TokenReadback(self.device, config.max_num_seqs, 2 * config.num_scheduler_steps + 1)
         self.graphs: DecodeGraphs | None = None
+        self.kv_pool = KVPool(config, facts, group.size)
         free_kv_bytes = self._profile_free_memory() if self.device.type == "cuda" else None
-        self.num_blocks = group.min_int(self._decide_num_blocks(free_kv_bytes))  # every rank's pool alike
+        self.num_blocks = group.min_int(self.kv_pool.num_blocks(free_kv_bytes))  # every rank's pool alike
         # one spare block past those the block manager hands out: padding rows of a graph write there
-        self.kv_caches = self._allocate_kv_caches(self.num_blocks + 1)
+        self.kv_caches = self.kv_pool.allocate(self.num_blocks + 1)
         logger.info(
             "KV pool: %d blocks of %d tokens (%.2f GiB)",
             self.num_blocks,
             self.block_size,
-            self.num_blocks * self._block_bytes() / 2**30,
+            self.num_blocks * self.kv_pool.block_bytes / 2**30,
         )
         if config.prefill_attention == "flash":  # compiled now: a compile in a timed run stalls it
             num_heads = self.model.layers[0].self_attn.num_heads  # this rank's
@@ -188,66 +183,13 @@ class ModelRunner:
         graphs.capture()
         return graphs
 
-    # KV pool sizing
-
-    def _block_bytes(self) -> int:
-        # a rank holds its share of the KV heads
-        return self.block_size * self.shape.kv_bytes_per_token(self.dtype.itemsize) // self.group.size
-
-    def _decide_num_blocks(self, free_kv_bytes: int | None) -> int:
-        c = self.config
-        if c.num_gpu_blocks is not None:
-            return self._fitting(c.num_gpu_blocks, "engine.num_gpu_blocks")
-        if c.kv_cache_memory_gb is not None:
-            budget = int(c.kv_cache_memory_gb * 2**30)
-            return self._fitting(budget // self._block_bytes(), "engine.kv_cache_memory_gb")
-        if free_kv_bytes is not None:
-            budget = free_kv_bytes
-        else:
-            tokens = c.max_num_seqs * min(self.max_model_len, CPU_KV_TOKENS_PER_SEQ)
-            budget = min(tokens * self._block_bytes() // self.block_size, CPU_KV_MAX_BYTES)
-        num_blocks = budget // self._block_bytes()
-        if num_blocks < 1:
-            raise ValueError(f"no memory left for the KV cache (budget {budget / 2**30:.2f} GiB)")
-        # blocks past every sequence slot at full length can never be used, yet each costs memory and a
-        # block-manager entry: a small model on a large GPU would otherwise get tens of millions
-        return min(num_blocks, c.max_num_seqs * -(-self.max_model_len // self.block_size))
-
-    def _fitting(self, num_blocks: int, key: str) -> int:
-        """A pool size the user chose, refused before allocation when the device cannot hold it."""
-        if self.device.type == "cuda":
-            available = torch.cuda.mem_get_info(self.device)[0]
-        else:
-            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        if num_blocks < 1:
-            raise ValueError(f"{key}: too small for one KV block of {self._block_bytes()} bytes")
-        needed = (num_blocks + 1) * self._block_bytes()  # + the graphs' padding block
-        if needed > available:
-            raise ValueError(
-                f"{key}: a KV pool of {num_blocks} blocks needs {needed / 2**30:.2f} GiB, "
-                f"{available / 2**30:.2f} GiB is free on {self.device}"
-            )
-        return num_blocks
-
-    def _allocate_kv_caches(self, num_blocks: int) -> list[KVCache]:
-        s = self.shape
-        layout = (num_blocks, self.block_size, s.num_kv_heads // self.group.size, s.head_dim)
-        # zeros, not empty: padded block-table entries point at block 0, and masked garbage could be NaN
-        return [
-            (
-                torch.zeros(layout, dtype=self.dtype, device=self.device),
-                torch.zeros(layout, dtype=self.dtype, device=self.device),
-            )
-            for _ in range(s.num_layers)
-        ]
-
     def _profile_free_memory(self) -> int:
         """Bytes the KV pool may take under gpu_memory_utilization: run the largest step the scheduler
         can produce on a throwaway pool to find the activation peak (this also compiles the kernels)."""
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         batch = self._warm_up_batch()
-        self.kv_caches = self._allocate_kv_caches(sum(len(s.block_table) for s in batch.seqs))
+        self.kv_caches = self.kv_pool.allocate(sum(len(s.block_table) for s in batch.seqs))
         if self.group.rank == 0:
             list(self.execute(batch))
         else:  # a worker rank runs the same forward, and samples nothing

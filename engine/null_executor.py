@@ -24,7 +24,7 @@ from llmbench.engine.batch import ScheduledBatch
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.in_flight import ForwardTokens
 from llmbench.engine.input_batch import InputBuffers
-from llmbench.engine.loader import model_shape, resolve_max_model_len
+from llmbench.engine.model_facts import ModelFacts
 from llmbench.engine.sampler import Sampler
 
 logger = logging.getLogger(__name__)
@@ -90,23 +90,20 @@ class SimulatedEvent:
 
 
 class NullExecutor:
-    def __init__(self, config: EngineConfig):
-        self.shape = model_shape(config.model)
-        self.max_model_len = resolve_max_model_len(config.max_model_len, self.shape)
-        self.num_blocks = self._num_blocks(config)
-        self.device = torch.device("cpu")
+    def __init__(self, config: EngineConfig, facts: ModelFacts):
+        self.shape, self.max_model_len, self.device = facts.shape, facts.max_model_len, facts.device
+        self.num_blocks = self._num_blocks(config, facts.dtype.itemsize)
         self.inputs = InputBuffers(config.block_size, self.device)
         self.sampler = Sampler(self.shape.eos_token_id, self.shape.vocab_size, self.device, config.model.seed)
         forward_ms = config.model.null_forward_ms
         self.forwards = SimulatedForwards(forward_ms) if forward_ms else None
         logger.info("null executor: %d KV blocks, max_model_len %d", self.num_blocks, self.max_model_len)
 
-    def _num_blocks(self, config: EngineConfig) -> int:
+    def _num_blocks(self, config: EngineConfig, dtype_bytes: int) -> int:
         """Sized as the model runner would for the same settings, so preemption behaves alike."""
         if config.num_gpu_blocks is not None:
             return _trackable(config.num_gpu_blocks, "engine.num_gpu_blocks")
         if config.kv_cache_memory_gb is not None:
-            dtype_bytes = 4 if config.model.dtype == "float32" else 2
             block_bytes = self.shape.kv_bytes_per_token(dtype_bytes) * config.block_size
             num_blocks = max(1, int(config.kv_cache_memory_gb * 2**30 // block_bytes))
             return _trackable(num_blocks, "engine.kv_cache_memory_gb")

@@ -1,5 +1,6 @@
 """The packed layout of one step's integer inputs (token ids, positions, lengths, row offsets, sampled
-rows, block tables, slots, async feed), and the model inputs as views of a buffer in that layout. Input
+rows, block tables, slots, async feed), and the model inputs (ModelInput, and the AttentionMetadata
+each forward's attention reads) as views of a buffer in that layout. Input
 preparation fills it on the host; the device copy is what the model reads, and what rank 0 of a
 tensor-parallel group broadcasts for the other ranks to unpack."""
 
@@ -12,13 +13,27 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from llmbench.engine.models.llama import AttentionMetadata
+from llmbench.kernels.attention_split import AttentionSplit
 
 _ALIGN = 4  # int32 entries in 16 bytes
 
 
 def padded(size: int) -> int:
     return -(-size // _ALIGN) * _ALIGN
+
+
+@dataclass
+class AttentionMetadata:
+    """Where each new token's K/V goes and what each sequence attends to, for one forward."""
+
+    slot_mapping: torch.Tensor  # [T] int64
+    block_tables: torch.Tensor  # [B, max_blocks] int32, padded with 0
+    seq_lens: torch.Tensor  # [B] int32, tokens in the cache after this forward
+    query_start_loc: torch.Tensor  # [B + 1] int32, row offsets of each sequence's new tokens
+    decode_only: bool  # one new token per sequence: the decode kernel applies
+    # a mixed or prefill step's split between the decode kernel, SDPA on a prompt's own K/V and the
+    # paged prefill kernel (planned once per forward); None: one kernel serves the whole step
+    split: AttentionSplit | None = None
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from llmbench.config import RunConfig
-from llmbench.engine.loader import resolve_device, resolve_dtype
+from llmbench.engine.model_facts import resolve_model_facts
 from llmbench.gpu_clocks import ClockSampler, clock_reading, device_sampler
 
 logger = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def run_clock_sampler(config: RunConfig) -> ClockSampler | None:
     may be elsewhere; a CPU or a device without NVML has no clock to read)."""
     if _no_local_model(config):
         return None
-    return device_sampler(resolve_device(config.model.device), RUN_CLOCK_INTERVAL_S)
+    return device_sampler(resolve_model_facts(config.engine).device, RUN_CLOCK_INTERVAL_S)
 
 
 def run_clocks(clocks: ClockSampler | None) -> dict[str, Any]:
@@ -91,9 +91,9 @@ def run_ceilings(config: RunConfig, clocks: ClockSampler | None = None) -> dict[
     reason = _no_local_model(config)
     if reason:
         return {"bound_unavailable": reason}
-    device = resolve_device(config.model.device)
+    facts = resolve_model_facts(config.engine)
     try:
-        ceilings = measure_ceilings(device, resolve_dtype(config.model.dtype, device), clocks)
+        ceilings = measure_ceilings(facts.device, facts.dtype, clocks)
     except torch.cuda.OutOfMemoryError as e:
         return {"bound_unavailable": f"ceilings not measured: out of device memory ({str(e)[:80]})"}
     ceilings["ceilings_devices"] = config.engine.tensor_parallel_size

@@ -25,7 +25,7 @@ from llmbench.engine.check import (
 )
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.llm_engine import LLMEngine
-from llmbench.engine.loader import model_shape
+from llmbench.engine.models.shape import model_shape
 from llmbench.engine.request import FinishReason, SamplingParams
 
 logger = logging.getLogger(__name__)

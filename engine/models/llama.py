@@ -9,15 +9,16 @@ signatures; triton_ops adds GEMVs and fusions for decode)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from types import ModuleType
 
 import torch
+from llmbench.engine.kv_pool import KVCache
 from llmbench.engine.models.shape import LlamaShape
-from llmbench.engine.parallel.group import LOCAL, LocalGroup, TPGroup
+from llmbench.engine.parallel.group import LOCAL, Group
 from llmbench.engine.parallel.vocab_embedding import VocabParallelEmbedding
+from llmbench.engine.step_layout import AttentionMetadata
 from llmbench.kernels import reference
-from llmbench.kernels.attention_split import AttentionSplit, split_attention
+from llmbench.kernels.attention_split import split_attention
 from torch import nn
 
 
@@ -45,24 +46,6 @@ def _llama3_scaled(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
     scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
     in_band = (wavelen >= old_len / high) & (wavelen <= old_len / low)
     return torch.where(in_band, blended, scaled)
-
-
-@dataclass
-class AttentionMetadata:
-    """Where each new token's K/V goes and what each sequence attends to, for one forward."""
-
-    slot_mapping: torch.Tensor  # [T] int64
-    block_tables: torch.Tensor  # [B, max_blocks] int32, padded with 0
-    seq_lens: torch.Tensor  # [B] int32, tokens in the cache after this forward
-    query_start_loc: torch.Tensor  # [B + 1] int32, row offsets of each sequence's new tokens
-    decode_only: bool  # one new token per sequence: the decode kernel applies
-    # a mixed or prefill step's split between the decode kernel, SDPA on a prompt's own K/V and the
-    # paged prefill kernel (planned once per forward); None: one kernel serves the whole step
-    split: AttentionSplit | None = None
-
-
-KVCache = tuple[torch.Tensor, torch.Tensor]
-Group = LocalGroup | TPGroup
 
 
 class RMSNorm(nn.Module):

@@ -15,20 +15,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
+from llmbench.engine.config import EngineConfig
 from llmbench.engine.nvtx_ranges import nvtx_ranges, phase_range
-from llmbench.engine.parallel.liveness import Heartbeats
-
-if TYPE_CHECKING:
-    from llmbench.engine.config import EngineConfig
-    from llmbench.engine.parallel.launch import WorkerProcesses
-    from llmbench.engine.step_layout import StepLayout
+from llmbench.engine.parallel.liveness import STOP_WAIT_S, Heartbeats, WorkerProcesses
+from llmbench.engine.step_layout import StepLayout
 
 STEP_TIMEOUT_S = 8.0
-STOP_WAIT_S = 5.0  # a worker told to exit gets this long before it is killed
 STARTUP_TIMEOUT = timedelta(minutes=10)  # weights load and kernels compile at different speeds per rank
 IDLE_TIMEOUT = timedelta(days=7)  # a worker waits this long for the next step
 _HEADER = 8  # the 7 StepLayout fields and use_graphs: 32 bytes, so the packed inputs stay 16-byte aligned
@@ -39,14 +34,11 @@ class TensorParallelError(RuntimeError):
     """A rank died or stopped answering: the engine cannot go on."""
 
 
-def packed_capacity(config: EngineConfig) -> int:
+def packed_capacity(config: EngineConfig, max_len: int) -> int:
     """Entries of the buffer rank 0 broadcasts each step: the header and the largest packed inputs
-    a step of this config can have. Every rank computes it alike, so the broadcast's size is fixed
-    and the header can travel inside it instead of in a broadcast of its own."""
-    from llmbench.engine.loader import model_shape, resolve_max_model_len
-    from llmbench.engine.step_layout import StepLayout  # the model imports this module: no import cycle
-
-    max_len = resolve_max_model_len(config.max_model_len, model_shape(config.model))
+    a step of this config can have, with sequences up to max_len (ModelFacts.max_model_len). Every
+    rank computes it alike, so the broadcast's size is fixed and the header can travel inside it
+    instead of in a broadcast of its own."""
     seqs, budget = config.max_num_seqs, config.max_num_batched_tokens
     # without chunked prefill a lone prompt may exceed the token budget, up to max_model_len
     tokens = budget if config.chunked_prefill else max(budget, max_len)
@@ -111,7 +103,7 @@ class TPGroup:
         control = dist.new_group(backend="gloo", timeout=timeout)
         self._step_group = dist.new_group(backend=dist.get_backend(), timeout=timeout)
         self._group = dist.group.WORLD  # startup: warm-up and capture under STARTUP_TIMEOUT
-        self.heartbeats = Heartbeats(self, control, workers)
+        self.heartbeats = Heartbeats(rank, control, workers, self.fail)
         # startup's forwards (the GPU warm-up, graph capture) run on every rank from the same local
         # batch, so rank 0 sends nothing until start_steps
         self._sending = False
@@ -215,8 +207,6 @@ class TPGroup:
     def receive_step(self) -> tuple[StepLayout, bool, torch.Tensor] | None:
         """A worker's side of send_step: the layout, whether graphs run, and the packed inputs (a view
         of the group's buffer, valid until the next step); None when rank 0 shuts the group down."""
-        from llmbench.engine.step_layout import StepLayout
-
         dist.broadcast(self._buffer, src=0, group=self._group)
         values = self._read_header()
         if values[2] == 0:  # no forwards: the shutdown
@@ -279,3 +269,6 @@ class TPGroup:
                     or f"tensor-parallel collective failed (a rank hung or died): {e}"
                 )
             raise TensorParallelError(self.dead) from e
+
+
+Group = LocalGroup | TPGroup  # what the model and the runner are handed: their code is the same at any size

@@ -1,8 +1,9 @@
 """Rank 0's side of a tensor-parallel engine: start one worker process per other rank (a fresh
-interpreter each, `python -m llmbench.engine.parallel.worker`), join them in torch.distributed (NCCL on CUDA,
-gloo on the CPU) and build this rank's model runner. The worker processes are watched from the first
-moment: one that exits during startup is an error within POLL_S, not at the end of the startup timeout,
-one that exits later is named in the engine's error, and every one is gone after shutdown."""
+interpreter each, `python -m llmbench.engine.parallel.worker`), join them in torch.distributed (NCCL on
+CUDA, gloo on the CPU) and have the caller build this rank's model runner on the group. The worker
+processes are watched from the first moment: one that exits during startup is an error within POLL_S,
+not at the end of the startup timeout, one that exits later is named in the engine's error, and every
+one is gone after shutdown."""
 
 from __future__ import annotations
 
@@ -13,68 +14,40 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 from llmbench.engine import core_messages as msg
 from llmbench.engine.config import EngineConfig
-from llmbench.engine.loader import model_shape, resolve_device
-from llmbench.engine.parallel.group import (
-    STARTUP_TIMEOUT,
-    STOP_WAIT_S,
-    TensorParallelError,
-    TPGroup,
-    packed_capacity,
-)
+from llmbench.engine.model_facts import ModelFacts
+from llmbench.engine.models.shape import LlamaShape
+from llmbench.engine.parallel.group import STARTUP_TIMEOUT, TensorParallelError, TPGroup, packed_capacity
+from llmbench.engine.parallel.liveness import STOP_WAIT_S, WorkerProcesses
 
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.05  # how often rank 0 looks at the worker processes while it waits for them at startup
 ARRIVED = "arrived"  # the store counter each worker adds one to once its interpreter is up
 
-
-class WorkerProcesses:
-    """The processes of ranks 1..size-1, in rank order."""
-
-    def __init__(self, processes: list[subprocess.Popen]):
-        self.processes = processes
-
-    def failure(self, wait_s: float = 0.0) -> str | None:
-        """Which rank exited, if one did; waits up to wait_s for one to (a collective that just
-        failed: its peer may still be on the way out)."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            for rank, process in enumerate(self.processes, 1):
-                code = process.poll()
-                if code is not None:
-                    return f"tensor-parallel rank {rank} exited with code {code}"
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.05)
-
-    def stop(self, wait_s: float = STOP_WAIT_S) -> None:
-        deadline = time.monotonic() + wait_s
-        for process in self.processes:
-            try:
-                process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+Runner = TypeVar("Runner")
 
 
-def check_shardable(config: EngineConfig) -> None:
+def check_shardable(size: int, shape: LlamaShape) -> None:
     """Head and MLP counts that split evenly over the ranks, checked before any process starts."""
-    size, shape = config.tensor_parallel_size, model_shape(config.model)
     for count, what in ((shape.num_kv_heads, "KV heads"), (shape.intermediate_size, "MLP channels")):
         if count % size:
             raise ValueError(f"engine.tensor_parallel_size {size} does not divide the model's {count} {what}")
 
 
-def start_runner(config: EngineConfig):
-    """This process's ModelRunner as rank 0 of config.tensor_parallel_size ranks."""
-    check_shardable(config)
+def start_runner(
+    config: EngineConfig, facts: ModelFacts, build_runner: Callable[[TPGroup], Runner]
+) -> Runner:
+    """This process as rank 0 of config.tensor_parallel_size ranks: the workers started and joined, then
+    build_runner(group) builds this rank's runner while they are watched."""
     size = config.tensor_parallel_size
-    device = resolve_device(config.model.device)
+    check_shardable(size, facts.shape)
+    device = facts.device
     if device.type == "cuda":
         device = torch.device("cuda", 0)
         torch.cuda.set_device(device)
@@ -89,7 +62,10 @@ def start_runner(config: EngineConfig):
     workers = WorkerProcesses([_spawn(config, store.port, rank) for rank in range(1, size)])
     built: dict = {}
     startup = threading.Thread(
-        target=_build, args=(config, device, store, workers, built), name="tp-startup", daemon=True
+        target=_build,
+        args=(config, facts, device, store, workers, build_runner, built),
+        name="tp-startup",
+        daemon=True,
     )
     try:
         failure = _wait(lambda: store.add(ARRIVED, 0) < size - 1, workers)
@@ -133,11 +109,15 @@ def _wait(waiting: Callable[[], bool], workers: WorkerProcesses) -> str | None:
 
 
 def _build(
-    config: EngineConfig, device: torch.device, store: dist.Store, workers: WorkerProcesses, built: dict
+    config: EngineConfig,
+    facts: ModelFacts,
+    device: torch.device,
+    store: dist.Store,
+    workers: WorkerProcesses,
+    build_runner: Callable[[TPGroup], object],
+    built: dict,
 ):
     """Join the group and build the runner (in a thread: rank 0 watches the workers meanwhile)."""
-    from llmbench.engine.model_runner import ModelRunner
-
     try:
         if device.type == "cuda":
             torch.cuda.set_device(device)
@@ -153,8 +133,8 @@ def _build(
             timeout=STARTUP_TIMEOUT,
             device_id=device if device.type == "cuda" else None,
         )
-        group = TPGroup(0, size, device, packed_capacity(config), workers)
-        runner = ModelRunner(config, group)
+        group = TPGroup(0, size, device, packed_capacity(config, facts.max_model_len), workers)
+        runner = build_runner(group)
         group.start_steps()
         built["runner"] = runner
     except BaseException as e:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from llmbench.engine.parallel.group import LocalGroup, TPGroup
+from llmbench.engine.parallel.group import Group
 from torch import nn
 
 
@@ -11,7 +11,7 @@ class VocabParallelEmbedding(nn.Module):
     """This rank's rows of the embedding: a token outside them embeds as zeros, and the all-reduce
     adds the one rank that holds its row. One rank holds every row and skips both."""
 
-    def __init__(self, vocab_size: int, hidden_size: int, group: LocalGroup | TPGroup):
+    def __init__(self, vocab_size: int, hidden_size: int, group: Group):
         super().__init__()
         self.group = group
         self.rows = -(-vocab_size // group.size)  # the last rank's slice padded up to this

@@ -16,7 +16,7 @@ import time
 import torch
 import torch.distributed as dist
 from llmbench.engine import core_messages as msg
-from llmbench.engine.loader import resolve_device
+from llmbench.engine.model_facts import resolve_model_facts
 from llmbench.engine.model_runner import ModelRunner
 from llmbench.engine.parallel.group import STARTUP_TIMEOUT, TPGroup, packed_capacity
 from llmbench.engine.parallel.launch import ARRIVED
@@ -32,7 +32,8 @@ def run_worker(port: int, rank: int, size: int, parent_pid: int, log_level: int,
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     torch.set_num_threads(threads)
     config = msg.config_decoder.decode(sys.stdin.buffer.read())
-    device = resolve_device(config.model.device)
+    facts = resolve_model_facts(config)  # from the config rank 0 resolved its own from: the same facts
+    device = facts.device
     if device.type == "cuda":
         device = torch.device("cuda", rank)
         torch.cuda.set_device(device)
@@ -46,8 +47,8 @@ def run_worker(port: int, rank: int, size: int, parent_pid: int, log_level: int,
         timeout=STARTUP_TIMEOUT,
         device_id=device if device.type == "cuda" else None,
     )
-    group = TPGroup(rank, size, device, packed_capacity(config))
-    runner = ModelRunner(config, group)
+    group = TPGroup(rank, size, device, packed_capacity(config, facts.max_model_len))
+    runner = ModelRunner(config, facts, group)
     group.start_steps()
     serve(runner, group)
     runner.shutdown()

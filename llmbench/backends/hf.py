@@ -20,6 +20,7 @@ import torch
 from llmbench.backends import ModelInfo
 from llmbench.config import RunConfig
 from llmbench.engine.loader import hf_tensor_names, load_model
+from llmbench.engine.model_facts import resolve_model_facts
 from llmbench.engine.models.shape import LlamaShape
 from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
 
@@ -44,8 +45,9 @@ class HFBackend:
         from transformers import LlamaConfig, LlamaForCausalLM
         from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-        engine_model = load_model(config.model)
-        shape = engine_model.shape
+        facts = resolve_model_facts(config.engine)
+        engine_model = load_model(config.model, facts)
+        shape = facts.shape
         if shape.attention_bias:
             raise ValueError("backend.type hf: only Llama shapes without attention bias are supported")
         with torch.device("meta"):
@@ -55,9 +57,7 @@ class HFBackend:
         # the rotary tables are computed, not loaded: build them on the weights' device
         self.model.model.rotary_emb = LlamaRotaryEmbedding(self.model.config).to(self.model.device)
         self.model.eval()
-        self.model_info = ModelInfo.from_shape(
-            shape, config.engine.max_model_len or shape.max_position_embeddings
-        )
+        self.model_info = ModelInfo.from_shape(shape, facts.max_model_len)
         self.batch_size = config.hf_batch_size
         self._queued: deque[tuple[str, list[int], SamplingParams]] = deque()
         self._work = threading.Condition()

@@ -23,7 +23,7 @@ from llmbench.backends import ModelInfo, ServedOutput
 from llmbench.backends.openai_stream import RequestFailed, StreamReader, error_message
 from llmbench.backends.prompt_text import PromptText
 from llmbench.config import RunConfig
-from llmbench.engine.loader import model_shape, resolve_max_model_len
+from llmbench.engine.models.shape import model_shape, resolve_max_model_len
 from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
 
 logger = logging.getLogger(__name__)

@@ -12,6 +12,7 @@ from llmbench.engine.cuda_graphs import DecodeGraphs, graph_bucket
 from llmbench.engine.input_batch import InputBuffers
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.loader import load_model
+from llmbench.engine.model_facts import resolve_model_facts
 from llmbench.engine.request import SamplingParams
 
 from tests.engine.device_ops import DeviceOps
@@ -33,7 +34,8 @@ def test_graph_bucket_is_the_smallest_size_that_fits():
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    return load_model(ModelConfig(preset="tiny", device="cpu", dtype="float32"))
+    config = EngineConfig(model=ModelConfig(preset="tiny", device="cpu", dtype="float32"))
+    return load_model(config.model, resolve_model_facts(config))
 
 
 def kv_caches(model, seed: int = 0) -> list:

@@ -4,6 +4,7 @@ import pytest
 from llmbench.engine.check import assert_engine_empty
 from llmbench.engine.config import EngineConfig, ModelConfig
 from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.model_facts import resolve_model_facts
 from llmbench.engine.models.shape import PRESETS
 from llmbench.engine.null_executor import NullExecutor
 from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
@@ -181,23 +182,28 @@ def test_step_timing_off_keeps_no_records(make_engine):
     assert engine.drain_step_records() == []
 
 
+def null_executor(config: EngineConfig) -> NullExecutor:
+    return NullExecutor(config, resolve_model_facts(config))
+
+
 def test_null_executor_shape_and_pool():
     config = EngineConfig(model=ModelConfig(preset="tiny", executor="null"), block_size=16, max_num_seqs=4)
-    executor = NullExecutor(config)
+    executor = null_executor(config)
     assert executor.shape == TINY
     assert executor.max_model_len == TINY.max_position_embeddings
     assert executor.num_blocks == 4 * TINY.max_position_embeddings // 16
+    # sized in the dtype a GPU run would hold (auto: bfloat16), wherever the null executor runs
     sized = EngineConfig(model=ModelConfig(preset="tiny", executor="null"), kv_cache_memory_gb=0.001)
-    assert NullExecutor(sized).num_blocks == int(0.001 * 2**30 // (TINY.kv_bytes_per_token(2) * 16))
+    assert null_executor(sized).num_blocks == int(0.001 * 2**30 // (TINY.kv_bytes_per_token(2) * 16))
     with pytest.raises(ValueError, match="unknown model preset"):
-        NullExecutor(EngineConfig(model=ModelConfig(preset="nope", executor="null")))
+        null_executor(EngineConfig(model=ModelConfig(preset="nope", executor="null")))
     with pytest.raises(ValueError, match="exceeds the model's max_position_embeddings"):
-        NullExecutor(EngineConfig(model=ModelConfig(preset="tiny", executor="null"), max_model_len=4096))
+        null_executor(EngineConfig(model=ModelConfig(preset="tiny", executor="null"), max_model_len=4096))
     null = ModelConfig(preset="tiny", executor="null")
-    assert NullExecutor(EngineConfig(model=null, num_gpu_blocks=1 << 24)).num_blocks == 1 << 24
+    assert null_executor(EngineConfig(model=null, num_gpu_blocks=1 << 24)).num_blocks == 1 << 24
     with pytest.raises(
         ValueError, match=r"engine.num_gpu_blocks: 16777217 KV blocks is more than .* 16777216"
     ):
-        NullExecutor(EngineConfig(model=null, num_gpu_blocks=(1 << 24) + 1))
+        null_executor(EngineConfig(model=null, num_gpu_blocks=(1 << 24) + 1))
     with pytest.raises(ValueError, match="engine.kv_cache_memory_gb: .* KV blocks is more than"):
-        NullExecutor(EngineConfig(model=null, kv_cache_memory_gb=1e6))
+        null_executor(EngineConfig(model=null, kv_cache_memory_gb=1e6))

@@ -10,7 +10,9 @@ from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
 from llmbench.engine.check import assert_engine_empty
 from llmbench.engine.config import EngineConfig, ModelConfig
 from llmbench.engine.kernel_choice import select_ops
+from llmbench.engine.kv_pool import KVPool
 from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.model_facts import resolve_model_facts
 from llmbench.engine.model_runner import ModelRunner
 from llmbench.engine.request import SamplingParams
 from llmbench.kernels import reference, triton_ops
@@ -152,20 +154,24 @@ def test_multi_step_decode_equals_single_steps(checkpoint):
         assert [first[i], *multi[:, i].tolist()] == tokens[:4]
 
 
+def runner_for(config: EngineConfig) -> ModelRunner:
+    return ModelRunner(config, resolve_model_facts(config))
+
+
 def test_kv_pool_sizing():
     tiny = EngineConfig(model=ModelConfig(preset="tiny", device="cpu"), block_size=16)
     block_bytes = 16 * 2 * 2 * 2 * 16 * 4  # tokens x (K, V) x layers x KV heads x head_dim x fp32
-    assert ModelRunner(tiny).num_blocks == 256 * 2048 * block_bytes // 16 // block_bytes
+    assert runner_for(tiny).num_blocks == 256 * 2048 * block_bytes // 16 // block_bytes
     tiny.kv_cache_memory_gb = 0.01
-    assert ModelRunner(tiny).num_blocks == int(0.01 * 2**30) // block_bytes
+    assert runner_for(tiny).num_blocks == int(0.01 * 2**30) // block_bytes
     tiny.num_gpu_blocks = 7
-    runner = ModelRunner(tiny)
+    runner = runner_for(tiny)
     # plus one spare block, the target of CUDA-graph padding rows
     assert runner.num_blocks == 7 and runner.kv_caches[0][0].shape == (8, 16, 2, 16)
     # a device with room for far more (a tiny model on a large GPU) stops at every slot at full length
     tiny.num_gpu_blocks = tiny.kv_cache_memory_gb = None
     tiny.max_num_seqs, tiny.max_model_len = 4, 40
-    assert ModelRunner(tiny)._decide_num_blocks(free_kv_bytes=10**12) == 4 * 3
+    assert KVPool(tiny, resolve_model_facts(tiny)).num_blocks(free_kv_bytes=10**12) == 4 * 3
 
 
 @pytest.mark.triton_interpreter
@@ -173,16 +179,16 @@ def test_bad_runner_settings():
     with pytest.raises(
         ValueError, match="max_model_len 4096 exceeds the model's max_position_embeddings 2048"
     ):
-        ModelRunner(EngineConfig(model=ModelConfig(preset="tiny", device="cpu"), max_model_len=4096))
+        runner_for(EngineConfig(model=ModelConfig(preset="tiny", device="cpu"), max_model_len=4096))
     tiny = ModelConfig(preset="tiny", device="cpu")
     with pytest.raises(
         ValueError, match=r"engine.num_gpu_blocks: a KV pool of 10000000000 blocks needs .* free"
     ):
-        ModelRunner(EngineConfig(model=tiny, num_gpu_blocks=10**10))
+        runner_for(EngineConfig(model=tiny, num_gpu_blocks=10**10))
     with pytest.raises(
         ValueError, match="engine.kv_cache_memory_gb: too small for one KV block of 8192 bytes"
     ):
-        ModelRunner(EngineConfig(model=tiny, kv_cache_memory_gb=1e-9))
+        runner_for(EngineConfig(model=tiny, kv_cache_memory_gb=1e-9))
     cpu = torch.device("cpu")
     assert select_ops("auto", cpu) is reference and select_ops("torch", cpu) is reference
     assert select_ops("triton", cpu) is triton_ops
@@ -205,4 +211,4 @@ def test_triton_backend_needs_a_power_of_two_head_dim(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     model = ModelConfig(path=str(tmp_path), dtype="float32", device="cpu")
     with pytest.raises(ValueError, match="power-of-two head dimension, the model's is 80"):
-        ModelRunner(EngineConfig(model=model, attention_backend="triton"))
+        runner_for(EngineConfig(model=model, attention_backend="triton"))

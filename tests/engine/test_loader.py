@@ -4,16 +4,21 @@ import json
 
 import pytest
 import torch
-from llmbench.engine.config import ModelConfig
-from llmbench.engine.loader import load_model, model_shape
-from llmbench.engine.models.shape import PRESETS
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.loader import load_model
+from llmbench.engine.model_facts import resolve_model_facts
+from llmbench.engine.models.shape import PRESETS, model_shape
 from safetensors.torch import load_file, save_file
 
 from tests.engine.test_model_hf import VARIANTS, PagedRun, hf_logits, hf_model, prompts
 
 
-def load(path, **kwargs):
-    return load_model(ModelConfig(path=str(path), dtype="float32", device="cpu", **kwargs))
+def load_config(model: ModelConfig):
+    return load_model(model, resolve_model_facts(EngineConfig(model=model)))
+
+
+def load(path):
+    return load_config(ModelConfig(path=str(path), dtype="float32", device="cpu"))
 
 
 def assert_same_logits(ours, hf):
@@ -49,14 +54,14 @@ def test_sharded_checkpoint_loads(tmp_path):
 
 def test_dtype_and_shape_come_from_the_directory(saved_llama):
     hf, path = saved_llama
-    model = load_model(ModelConfig(path=str(path), dtype="bfloat16", device="cpu"))
+    model = load_config(ModelConfig(path=str(path), dtype="bfloat16", device="cpu"))
     assert model.embed_tokens.weight.dtype == torch.bfloat16
     assert model.shape.num_kv_heads == 2 and model.shape.vocab_size == 512
     assert not any(p.requires_grad for p in model.parameters())
 
 
 def test_presets_are_seeded():
-    a, b, c = (load_model(ModelConfig(preset="tiny", device="cpu", seed=s)) for s in (0, 0, 1))
+    a, b, c = (load_config(ModelConfig(preset="tiny", device="cpu", seed=s)) for s in (0, 0, 1))
     assert torch.equal(a.layers[1].mlp.down_proj.weight, b.layers[1].mlp.down_proj.weight)
     assert not torch.equal(a.layers[1].mlp.down_proj.weight, c.layers[1].mlp.down_proj.weight)
     assert a.embed_tokens.weight.dtype == torch.float32  # auto on CPU
@@ -73,7 +78,7 @@ def test_model_shape_reads_the_directory_over_the_preset_without_weights(saved_l
 
 def test_unknown_preset_lists_presets():
     with pytest.raises(ValueError, match="unknown model preset 'gpt5'.*tiny.*llama3-8b"):
-        load_model(ModelConfig(preset="gpt5", device="cpu"))
+        load_config(ModelConfig(preset="gpt5", device="cpu"))
 
 
 def test_missing_directory(tmp_path):

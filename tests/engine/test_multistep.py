@@ -8,6 +8,7 @@ import torch
 from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
 from llmbench.engine.config import EngineConfig, ModelConfig
 from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.model_facts import resolve_model_facts
 from llmbench.engine.models.shape import PRESETS
 from llmbench.engine.null_executor import NullExecutor
 from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
@@ -193,7 +194,8 @@ def test_lookahead_needs_one_more_kv_slot_than_a_single_step():
 
 
 def test_null_executor_window_rows_are_the_single_steps():
-    executor = NullExecutor(EngineConfig(model=ModelConfig(preset="tiny", executor="null")))
+    config = EngineConfig(model=ModelConfig(preset="tiny", executor="null"))
+    executor = NullExecutor(config, resolve_model_facts(config))
     # tokens past the window's positions too: the null executor builds each forward's inputs from them
     seqs = [ScheduledSeq(i, [3] * (6 + i), 3 + i, 1, [0, 1], SamplingParams(), True, 1) for i in range(3)]
     window = torch.stack([f.host for f in executor.execute(ScheduledBatch(seqs, num_steps=3))])

@@ -145,7 +145,7 @@ def test_rank_0_sends_each_step_in_one_broadcast(monkeypatch):
     engine.shutdown()
     # a 4-step window: the step's buffer (header inside), then the 3 sequences' tokens of each forward
     # the later forwards read; the last is the shutdown
-    capacity = packed_capacity(engine.config)
+    capacity = packed_capacity(engine.config, engine.executor.max_model_len)
     assert sizes == [capacity, 3, 3, 3] * 2 + [capacity]
 
 

@@ -5,6 +5,7 @@ chunk another (on the CPU), the refusal where the kernels cannot run, and, where
 import pytest
 import torch
 from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.model_facts import resolve_model_facts
 from llmbench.engine.model_runner import ModelRunner
 from llmbench.kernels import flash_attention, triton_ops
 
@@ -48,7 +49,8 @@ def test_flash_is_refused_with_the_reason_before_weights_load():
     tiny = ModelConfig(preset="tiny", device="cpu")
     message = "engine.prefill_attention 'flash' needs a CUDA device, the model runs on cpu"
     with pytest.raises(ValueError, match=message):
-        ModelRunner(EngineConfig(model=tiny, prefill_attention="flash"))
+        config = EngineConfig(model=tiny, prefill_attention="flash")
+        ModelRunner(config, resolve_model_facts(config))
 
 
 hopper = pytest.mark.skipif(
