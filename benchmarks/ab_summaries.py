@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas
 
-from llmbench.env import command_line
-from llmbench.step_stats import CPU_PHASES
+from llmbench.device.environment import command_line
+from llmbench.metrics.steps import CPU_PHASES
 
 STEP_FIGURES = (
     "mean_cpu_ms_per_step",

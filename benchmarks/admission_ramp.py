@@ -12,7 +12,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from llmbench.results import load_requests, load_summary
+from llmbench.run.records import load_requests
+from llmbench.run.summary import load_summary
 
 
 def ramp(run_dir: Path) -> dict:

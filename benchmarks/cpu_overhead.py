@@ -39,8 +39,8 @@ from llmbench.engine.gc_heap import freeze_heap
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.request import SamplingParams
 
-from llmbench.env import command_line
-from llmbench.step_stats import cpu_ms
+from llmbench.device.environment import command_line
+from llmbench.metrics.steps import cpu_ms
 
 NUM_SEQS, FORWARDS, MAX_MODEL_LEN = 256, 400, 4096
 

@@ -25,9 +25,9 @@ import httpx
 from llmbench.engine.serving.engine_loop import RECORDS_EVERY_S
 
 from llmbench.backends.server import ServerBackend
-from llmbench.config import load_config
-from llmbench.runner import run_benchmark
-from llmbench.step_stats import step_value
+from llmbench.config.load import load_config
+from llmbench.metrics.steps import step_value
+from llmbench.run.runner import run_benchmark
 
 CONFIG = "configs/llama3-8b-decode.yaml"
 TARGET = 0.95  # HTTP with the split on, over in-process output throughput

@@ -19,7 +19,7 @@ from typing import Any
 
 from h200_files import Files, ratio, target, throughput, variant
 
-from llmbench.step_stats import step_value
+from llmbench.metrics.steps import step_value
 
 THROUGHPUT_TARGET = 3.8  # bundled output throughput over HF eager generate's, same GPU, same run
 DECODE_TARGET = 225.0  # bs1 tokens per second (or the roofline-derived target the file states, if higher)

@@ -24,8 +24,8 @@ from pathlib import Path
 from cpu_overhead import steady_decode_engine
 from torch.cuda import is_available as cuda_available
 
-from llmbench.env import command_line
-from llmbench.step_stats import cpu_ms
+from llmbench.device.environment import command_line
+from llmbench.metrics.steps import cpu_ms
 
 PAUSE_S, STEPS, ROUNDS = 0.009, 120, 4
 

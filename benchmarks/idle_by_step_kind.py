@@ -1,5 +1,5 @@
 """Where a run's GPU idle time goes, by the kind of step it waits for: each idle gap between two steps'
-device work (llmbench.step_stats.idle_gaps) is charged to the step whose work ends it, as that step's
+device work (llmbench.metrics.steps.idle_gaps) is charged to the step whose work ends it, as that step's
 host phases (and the runner's bookkeeping before it) are what the device waited on. A step is a steady
 decode (decodes only, the run's largest batch), a prefill (some prompt tokens), or other (a smaller
 batch of decodes: admission ramps and the last steps). Per kind: steps, idle ms, and idle ms per
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pandas
 
-from llmbench.env import command_line
-from llmbench.step_stats import idle_gaps
+from llmbench.device.environment import command_line
+from llmbench.metrics.steps import idle_gaps
 
 
 def step_kind(row: dict, largest_batch: int) -> str:

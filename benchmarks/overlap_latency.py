@@ -20,7 +20,7 @@ from llmbench.engine.config import EngineConfig, ModelConfig
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.request import SamplingParams
 
-from llmbench.metrics import arrival_gaps
+from llmbench.metrics.requests import arrival_gaps
 
 logger = logging.getLogger(__name__)
 

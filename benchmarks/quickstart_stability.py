@@ -19,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from llmbench.results import load_summary, write_atomic
+from llmbench.run.result_files import write_atomic
+from llmbench.run.summary import load_summary
 
 log = logging.getLogger("quickstart_stability")
 COMMAND = [sys.executable, "-m", "llmbench", "run", "quickstart", "--no-report"]

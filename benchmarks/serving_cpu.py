@@ -26,8 +26,8 @@ import tempfile
 from pathlib import Path
 
 from llmbench.backends.server import ServerBackend
-from llmbench.config import load_config
-from llmbench.runner import run_benchmark
+from llmbench.config.load import load_config
+from llmbench.run.runner import run_benchmark
 
 CONFIG = "configs/ablation-cpu.yaml"
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from cpu_overhead import NUM_SEQS, steady_decode_engine
 
-from llmbench.env import command_line
+from llmbench.device.environment import command_line
 
 STEPS, TOP = 300, 40
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from llmbench.backends import ModelInfo
-from llmbench.config import RunConfig
+from llmbench.backends.base import ModelInfo
+from llmbench.config.schema import RunConfig
 from llmbench.engine.check import assert_engine_empty
 from llmbench.engine.core_client import EngineCoreClient
 from llmbench.engine.llm_engine import LLMEngine

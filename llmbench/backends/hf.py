@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import torch
 
-from llmbench.backends import ModelInfo
-from llmbench.config import RunConfig
+from llmbench.backends.base import ModelInfo
+from llmbench.config.schema import RunConfig
 from llmbench.engine.loader import hf_tensor_names, load_model
 from llmbench.engine.model_facts import resolve_model_facts
 from llmbench.engine.models.shape import LlamaShape

@@ -19,10 +19,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from llmbench.backends import ModelInfo, ServedOutput
+from llmbench.backends.base import ModelInfo, ServedOutput
 from llmbench.backends.openai_stream import RequestFailed, StreamReader, error_message
 from llmbench.backends.prompt_text import PromptText
-from llmbench.config import RunConfig
+from llmbench.config.schema import RunConfig
 from llmbench.engine.models.shape import model_shape, resolve_max_model_len
 from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
 

@@ -10,7 +10,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from llmbench.backends import ServedOutput
+from llmbench.backends.base import ServedOutput
 from llmbench.engine.request import FinishReason
 
 UNKNOWN_TOKEN = -1  # output token ids a server does not return (requests.jsonl with output.save_tokens)

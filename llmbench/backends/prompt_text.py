@@ -6,7 +6,7 @@ workload asked for: vLLM's random dataset does the same dance."""
 
 from __future__ import annotations
 
-from llmbench.config import RunConfig
+from llmbench.config.schema import RunConfig
 from llmbench.engine.models.shape import model_shape
 
 MAX_ROUNDS = 64

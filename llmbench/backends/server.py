@@ -21,7 +21,7 @@ import msgspec
 import yaml
 
 from llmbench.backends.openai import OpenAIBackend
-from llmbench.config import RunConfig
+from llmbench.config.schema import RunConfig
 from llmbench.engine.request import RequestOutput, SamplingParams
 from llmbench.engine.timing import StepRecord
 

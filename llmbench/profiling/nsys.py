@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from llmbench.profiling.nsys_stats import REPORTS
-from llmbench.profiling.window import ProfileError
+from llmbench.profiling.steps import ProfileError
 
 logger = logging.getLogger(__name__)
 

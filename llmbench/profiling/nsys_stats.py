@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 from llmbench.engine.nvtx_ranges import DOMAIN
+from llmbench.metrics.steps import merge_intervals
 from llmbench.profiling.kernel_kinds import kernel_kinds
-from llmbench.step_stats import merge_intervals
 
 logger = logging.getLogger(__name__)
 

@@ -11,13 +11,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from llmbench.config import load_config
-from llmbench.env import command_line
+from llmbench.config.load import load_config
+from llmbench.device.environment import command_line
 from llmbench.profiling import nsys
 from llmbench.profiling.nsys_stats import load_stats
 from llmbench.profiling.profile_file import write_profile
+from llmbench.profiling.steps import TOOLS, ProfileError, StepRange, window_env
 from llmbench.profiling.torch_profile import load_torch_summary
-from llmbench.profiling.window import TOOLS, ProfileError, StepRange, window_env
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from llmbench.profiling.window import ProfileError
+from llmbench.profiling.steps import ProfileError
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from llmbench.gpu_clocks import describe as describe_clock
+from llmbench.device.clocks import describe as describe_clock
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from llmbench.config import OutputConfig, SloConfig
-from llmbench.metrics import compute_metrics, latency_samples, median_over_trials
-from llmbench.results import RequestRecord
-from llmbench.step_stats import summarize_steps
+from llmbench.config.schema import OutputConfig, SloConfig
+from llmbench.metrics.requests import compute_metrics, latency_samples, median_over_trials
+from llmbench.metrics.steps import summarize_steps
+from llmbench.run.records import RequestRecord
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from llmbench.ablate_table import fixed_text
+from llmbench.metrics.steps import STEP_PHASES, WAIT_PHASE
 from llmbench.report.load import RunData
 from llmbench.report.page import Group
 from llmbench.report.step_parts import GPU, HOST, OTHER, segments
-from llmbench.step_stats import STEP_PHASES, WAIT_PHASE
+from llmbench.studies.ablation_table import fixed_text
 
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
 HEADLINE_BARS = (

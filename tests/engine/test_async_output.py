@@ -3,15 +3,11 @@ before step n's outputs are processed) and async scheduling (step n+1 launched b
 back). Either way step n+1's decodes are fed from step n's tokens on the device; outputs must be
 token-identical to the synchronous loop, and a token sampled after a sequence's stop is never emitted."""
 
-import dataclasses
-
 import pytest
 from llmbench.engine.in_flight import InFlightStep
 from llmbench.engine.request import FinishReason, SamplingParams
 
-from llmbench.soak import run_pool, soak_engine_config, soak_workload
-from tests.engine.test_multistep import TINY, model_engine, null_engine, results, run, with_stops, workload
-from tests.engine.test_soak import SHORT, TINY_MODEL
+from tests.engine.helpers import model_engine, null_engine, results, run, with_stops, workload
 
 
 def seeded(requests):
@@ -122,22 +118,6 @@ def test_model_async_equals_sync(sampling, mode):
     again = run(repeat, stopped[:1])
     assert results(again) == first == {"0": expected["0"]}
     assert again["0"][-1].num_cached_tokens > 0
-
-
-def test_model_async_windows_under_preemption_give_the_sync_tokens():
-    """The real forward, async output, 4-step windows and a pool that preempts every few steps: greedy
-    tokens equal a synchronous single-step engine that never preempts. A sequence preempted while its
-    step is in flight still holds placeholders, so the scheduler admits nothing in a step that
-    preempted; without that guard 3 of these 80 requests get other tokens."""
-    workload = soak_workload(80, TINY.vocab_size, seed=3, shape=SHORT)
-    overrides = ["engine.async_output=true", "engine.num_scheduler_steps=4"]
-    tight = soak_engine_config(TINY_MODEL + overrides, 12, SHORT)
-    run, tokens = run_pool(tight, workload, seed=3, check_every_step=True)
-    roomy = dataclasses.replace(tight, async_output=False, num_scheduler_steps=1, num_gpu_blocks=640)
-    reference, expected = run_pool(roomy, workload, seed=3, check_every_step=False)
-    assert run.preemptions > 20 and reference.preemptions == 0
-    assert run.finished == len(workload) and run.wrong_length == 0
-    assert tokens == expected
 
 
 @pytest.mark.parametrize(("mode", "waits"), [("async_output", True), ("async_scheduling", False)])

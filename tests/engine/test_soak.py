@@ -3,13 +3,23 @@ then a pool that never does. The full size is `llmbench soak` (results/cpu/soak.
 executor's tokens depend only on (sequence, position), so it checks bookkeeping; the tiny model's
 depend on every input token and KV slot, so its soak checks the data path too."""
 
+import dataclasses
 import json
 
 import pytest
+from llmbench.engine.models.shape import PRESETS
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from llmbench.soak import MAX_OUTPUT, MAX_PROMPT, SoakShape, run_soak, soak_engine_config, soak_workload
+from llmbench.studies.soak import (
+    MAX_OUTPUT,
+    MAX_PROMPT,
+    SoakShape,
+    run_pool,
+    run_soak,
+    soak_engine_config,
+    soak_workload,
+)
 
 NUM_REQUESTS = 300
 SMALL_POOL = 24  # blocks of 16: 2-3 of the longest requests at once, against up to 64 admitted
@@ -57,6 +67,22 @@ def test_tiny_model_soak_gives_the_large_pools_greedy_tokens(overrides):
     assert result.mismatched_outputs == 0
     assert result.small_pool.preemptions > 100 and result.large_pool.preemptions == 0
     assert result.small_pool.finished == NUM_REQUESTS
+
+
+def test_model_async_windows_under_preemption_give_the_sync_tokens():
+    """The real forward, async output, 4-step windows and a pool that preempts every few steps: greedy
+    tokens equal a synchronous single-step engine that never preempts. A sequence preempted while its
+    step is in flight still holds placeholders, so the scheduler admits nothing in a step that
+    preempted; without that guard 3 of these 80 requests get other tokens."""
+    workload = soak_workload(80, PRESETS["tiny"].vocab_size, seed=3, shape=SHORT)
+    overrides = ["engine.async_output=true", "engine.num_scheduler_steps=4"]
+    tight = soak_engine_config(TINY_MODEL + overrides, 12, SHORT)
+    run, tokens = run_pool(tight, workload, seed=3, check_every_step=True)
+    roomy = dataclasses.replace(tight, async_output=False, num_scheduler_steps=1, num_gpu_blocks=640)
+    reference, expected = run_pool(roomy, workload, seed=3, check_every_step=False)
+    assert run.preemptions > 20 and reference.preemptions == 0
+    assert run.finished == len(workload) and run.wrong_length == 0
+    assert tokens == expected
 
 
 def test_soak_workload_is_seeded_and_within_bounds():

@@ -9,12 +9,11 @@ from llmbench.engine.core_client import EngineCoreClient
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.request import FinishReason, SamplingParams
 
-from llmbench.config import parse_config
-from llmbench.results import load_requests
-from llmbench.runner import run_benchmark
-from tests.engine.test_core_process import run_to_completion
-from tests.engine.test_engine_hf import GREEDY, checkpoint, engine_for, make_prompts  # noqa: F401
-from tests.engine.test_multistep import model_engine
+from llmbench.config.load import parse_config
+from llmbench.run.records import load_requests
+from llmbench.run.runner import run_benchmark
+from tests.engine.helpers import model_engine, run_to_completion
+from tests.engine.hf_reference import GREEDY, engine_for, make_prompts
 from tests.llmbench.conftest import NULL_RUN
 
 MODES = {
@@ -48,7 +47,7 @@ def run_with_aborts(engine, prompts, abort_at: int) -> tuple[dict, dict]:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_greedy_tokens_match_hf_under_preemption_and_aborts(checkpoint, mode):  # noqa: F811
+def test_greedy_tokens_match_hf_under_preemption_and_aborts(checkpoint, mode):
     path, expected = checkpoint
     # room for about two of the longest sequences at a time: running ones are preempted and recomputed
     engine = engine_for(path, block_size=4, num_gpu_blocks=30, max_num_batched_tokens=32, **MODES[mode])

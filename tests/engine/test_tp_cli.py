@@ -15,8 +15,9 @@ import yaml
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from llmbench.results import load_steps, load_summary
-from tests.engine.test_tp import wait_gone
+from llmbench.run.result_files import load_steps
+from llmbench.run.summary import load_summary
+from tests.engine.helpers import wait_gone
 from tests.llmbench.conftest import NULL_RUN
 
 TP_RUN = {

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from llmbench.config import SloConfig
-from llmbench.metrics import compute_metrics
-from llmbench.results import RequestRecord, build_summary
-from llmbench.step_stats import summarize_steps
+from llmbench.config.schema import SloConfig
+from llmbench.metrics.requests import compute_metrics
+from llmbench.metrics.steps import summarize_steps
+from llmbench.run.records import RequestRecord
+from llmbench.run.summary import build_summary
 
 STEP_S = 0.01
 PERCENTILES = [50.0, 90.0, 95.0, 99.0]

@@ -3,10 +3,19 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from llmbench.ablate import DEFAULT_ORDER, TOGGLES, AblationError, Variant, available, parse_order, plan
 from llmbench.cli import app
-from llmbench.config import parse_config
-from llmbench.results import load_requests, load_summary
+from llmbench.config.load import parse_config
+from llmbench.run.records import load_requests
+from llmbench.run.summary import load_summary
+from llmbench.studies.ablation import (
+    DEFAULT_ORDER,
+    TOGGLES,
+    AblationError,
+    Variant,
+    available,
+    parse_order,
+    plan,
+)
 from tests.llmbench.conftest import NULL_RUN
 
 
@@ -148,8 +157,8 @@ def test_absurd_repeat_counts_exit_2_before_anything_runs(null_config_file, tmp_
 
 
 def test_a_toggle_inside_the_noise_is_shown_as_such():
-    from llmbench.ablate import _entries
-    from llmbench.ablate_table import ablation_table
+    from llmbench.studies.ablation import _entries
+    from llmbench.studies.ablation_table import ablation_table
 
     def trial(k: int, throughput: float) -> dict:
         return {

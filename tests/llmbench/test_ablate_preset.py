@@ -8,11 +8,11 @@ import json
 from rich.console import Console
 from typer.testing import CliRunner
 
-import llmbench.ablate
-from llmbench.ablate import DEFAULT_ORDER
-from llmbench.ablate_table import ablation_table
+import llmbench.studies.ablation
 from llmbench.cli import app
-from llmbench.results import load_summary
+from llmbench.run.summary import load_summary
+from llmbench.studies.ablation import DEFAULT_ORDER
+from llmbench.studies.ablation_table import ablation_table
 
 CPU_OVERHEAD = ["process_split", "async_output", "num_scheduler_steps", "async_scheduling"]
 
@@ -21,7 +21,7 @@ def test_cpu_overhead_preset_adds_the_overlap_toggles_with_graphs_on_throughout(
     null_config_file, tmp_path, monkeypatch
 ):
     # as on a GPU host: nothing is left out, so the preset's cuda_graphs reaches every variant
-    monkeypatch.setattr(llmbench.ablate, "available", lambda order, config: list(order))
+    monkeypatch.setattr(llmbench.studies.ablation, "available", lambda order, config: list(order))
     out = tmp_path / "ablation"
     args = ["ablate", str(null_config_file), "--preset", "cpu-overhead", "--repeat", "1", "--out", str(out)]
     result = CliRunner().invoke(app, args)
@@ -57,7 +57,7 @@ def test_the_graphs_setting_is_left_out_on_the_cpu_and_preset_all_keeps_the_defa
     assert CliRunner().invoke(app, [*args, "--no-report"]).exit_code == 0
     ablation = json.loads((out / "ablation.json").read_text())
     assert ablation["fixed"] == {}  # the null executor runs no kernels: no graphs to switch on
-    assert llmbench.ablate.PRESETS["all"].order == DEFAULT_ORDER
+    assert llmbench.studies.ablation.PRESETS["all"].order == DEFAULT_ORDER
     assert DEFAULT_ORDER.index("async_scheduling") == DEFAULT_ORDER.index("async_output") + 2
 
 

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from llmbench.ceilings import measure_ceilings, run_ceilings
-from llmbench.config import parse_config
-from llmbench.runner import run_benchmark
+from llmbench.config.load import parse_config
+from llmbench.device.ceilings import measure_ceilings, run_ceilings
+from llmbench.run.runner import run_benchmark
 from tests.llmbench.conftest import NULL_RUN
 
 TINY_MODEL = [
@@ -77,8 +77,8 @@ def test_a_run_records_the_clock_of_its_ceilings_gemm_and_of_its_timed_trials(tm
     trials run (not the warm-up) in gpu_clock. The reader stands in for NVML: a warm-up sampled by
     mistake would show as samples at 1,980 MHz with no limit, the ceilings' samples kept as a "hw
     slowdown"."""
-    from llmbench import runner
-    from llmbench.gpu_clocks import ClockSampler
+    from llmbench.device.clocks import ClockSampler
+    from llmbench.run import runner
 
     phase = {"now": "ceilings"}
     # between phases (the moments a trial's sampling starts before its first request) as in a trial

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from llmbench.compare import (
+from llmbench.gate.compare import (
     IMPROVED,
     NOT_ENOUGH,
     OK,
@@ -15,7 +15,7 @@ from llmbench.compare import (
     has_regression,
     parse_metric_spec,
 )
-from llmbench.stats import bootstrap_ratio_ci, mann_whitney_greater
+from llmbench.metrics.trial_stats import bootstrap_ratio_ci, mann_whitney_greater
 
 
 def trial_metrics(rng: np.random.Generator, slowdown: float, noise: float) -> dict:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmbench.compare import ALL_FAILED, NOT_ENOUGH, REGRESSION, compare_runs, has_regression
+from llmbench.gate.compare import ALL_FAILED, NOT_ENOUGH, REGRESSION, compare_runs, has_regression
 from tests.llmbench.test_compare import synthetic_run
 
 
@@ -73,8 +73,8 @@ def test_step_metrics_get_trials_from_steps_csv(tmp_path):
 
 
 def null_run(path: Path, *overrides: str) -> Path:
-    from llmbench.config import parse_config
-    from llmbench.runner import run_benchmark
+    from llmbench.config.load import parse_config
+    from llmbench.run.runner import run_benchmark
     from tests.llmbench.conftest import NULL_RUN
 
     run_benchmark(parse_config(NULL_RUN, list(overrides)), path)

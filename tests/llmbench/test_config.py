@@ -7,7 +7,7 @@ from llmbench.engine.config import ConfigError
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from llmbench.config import load_config, parse_config
+from llmbench.config.load import load_config, parse_config
 
 # (override, key the message must name, text the message must contain)
 BAD = [
@@ -152,7 +152,7 @@ def test_yaml_12_numbers_are_numbers(tmp_path):
 
 
 def test_a_shipped_config_resolves_by_name():
-    from llmbench.config import SHIPPED_CONFIGS
+    from llmbench.config.load import SHIPPED_CONFIGS
 
     assert load_config("quickstart").name == load_config("quickstart.yaml").name == "quickstart"
     assert {p.stem for p in SHIPPED_CONFIGS.glob("*.yaml")} >= {"quickstart", "ci", "ablation-cpu"}

@@ -20,8 +20,9 @@ from llmbench.engine.config import EngineConfig
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from llmbench.config import ConfigFileError, RunConfig, load_config
-from llmbench.results import load_summary
+from llmbench.config.load import ConfigFileError, load_config
+from llmbench.config.schema import RunConfig
+from llmbench.run.summary import load_summary
 
 # a valid, seconds-long run: the base every mutation starts from
 BASE = {

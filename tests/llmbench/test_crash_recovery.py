@@ -13,7 +13,8 @@ import yaml
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from llmbench.results import load_requests, load_summary
+from llmbench.run.records import load_requests
+from llmbench.run.summary import load_summary
 
 NUM_REQUESTS = 200
 KILL_AFTER = 8  # finished requests on disk before the kill

@@ -8,15 +8,18 @@ import pytest
 from llmbench.engine.request import SamplingParams
 from typer.testing import CliRunner
 
-import llmbench.backends
 import llmbench.backends.bundled
+import llmbench.backends.factory
 from llmbench.backends.bundled import BundledBackend
 from llmbench.cli import app
-from llmbench.config import parse_config
-from llmbench.metrics import compute_metrics
-from llmbench.profiling.window import ProfileWindow, StepRange
-from llmbench.results import load_requests, load_steps, load_summary
-from llmbench.runner import run_benchmark
+from llmbench.config.load import parse_config
+from llmbench.metrics.requests import compute_metrics
+from llmbench.profiling.steps import StepRange
+from llmbench.profiling.window import ProfileWindow
+from llmbench.run.records import load_requests
+from llmbench.run.result_files import load_steps
+from llmbench.run.runner import run_benchmark
+from llmbench.run.summary import load_summary
 from tests.llmbench.conftest import NULL_RUN
 
 # 2 blocks of 16 tokens: any request needing more than 33 tokens is rejected by the engine
@@ -150,7 +153,7 @@ def test_check_fails_when_the_engine_keeps_work(tmp_path, monkeypatch, null_conf
     config, backend = started(GhostBackend(), [])
     with pytest.raises(AssertionError, match="running"):
         run_benchmark(config, tmp_path / "direct", backend=backend, check=True)
-    monkeypatch.setattr(llmbench.backends, "make_backend", lambda c: started(GhostBackend(), [])[1])
+    monkeypatch.setattr(llmbench.backends.factory, "make_backend", lambda c: started(GhostBackend(), [])[1])
     result = run_cli(null_config_file, tmp_path / "cli", "--check")
     assert result.exit_code == 1
     # the results were written before the check
@@ -193,8 +196,8 @@ def test_a_run_in_which_every_request_failed_exits_1_with_its_reason(tmp_path, n
 
 
 def test_progress_counts_only_the_tokens_of_completed_requests():
-    from llmbench.console import RunProgress
-    from llmbench.results import RequestRecord
+    from llmbench.cli.console import RunProgress
+    from llmbench.run.records import RequestRecord
 
     progress = RunProgress()
     progress.phase("trial 1/1", total=2)

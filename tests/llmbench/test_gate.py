@@ -1,5 +1,6 @@
-"""The CI regression gate: interleaved runs folded into trials (llmbench/gate.py) and scripts/perf_gate.sh's
-usage errors. Its error rates are measured by scripts/perf_gate_calibrate.py, not here (timing)."""
+"""The CI regression gate: interleaved runs folded into trials (llmbench/gate/perf_gate.py) and
+scripts/perf_gate.sh's usage errors. Its error rates are measured by scripts/perf_gate_calibrate.py, not
+here (timing)."""
 
 import json
 import subprocess
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from llmbench.compare import (
+from llmbench.gate.compare import (
     ALL_FAILED,
     NOT_ENOUGH,
     OK,
@@ -18,7 +19,7 @@ from llmbench.compare import (
     has_regression,
     parse_metric_spec,
 )
-from llmbench.gate import (
+from llmbench.gate.perf_gate import (
     MAX_ROUNDS,
     judge,
     measure,

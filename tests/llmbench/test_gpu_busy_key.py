@@ -5,9 +5,9 @@ import io
 
 from rich.console import Console
 
-from llmbench.ablate_table import ablation_table
-from llmbench.compare import REGRESSION, compare_summaries, parse_metric_spec
-from llmbench.step_stats import summarize_steps
+from llmbench.gate.compare import REGRESSION, compare_summaries, parse_metric_spec
+from llmbench.metrics.steps import summarize_steps
+from llmbench.studies.ablation_table import ablation_table
 
 
 def rows() -> list[dict]:

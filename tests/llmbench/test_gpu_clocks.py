@@ -6,7 +6,14 @@ import time
 import pytest
 import torch
 
-from llmbench.gpu_clocks import ClockSampler, clock_reading, describe, device_sampler, nvml_reader, summarize
+from llmbench.device.clocks import (
+    ClockSampler,
+    clock_reading,
+    describe,
+    device_sampler,
+    nvml_reader,
+    summarize,
+)
 
 
 def test_summary_takes_the_median_clock_and_the_share_of_samples_held_down():
@@ -71,7 +78,7 @@ def test_reader_reads_a_running_clock_on_a_gpu():
 def test_the_run_table_and_the_report_show_a_run_s_clock_beside_its_ceiling_s():
     from rich.console import Console
 
-    from llmbench.console import metrics_table
+    from llmbench.cli.console import metrics_table
     from llmbench.report.format import describe as describe_key
     from llmbench.report.format import number
 
@@ -91,7 +98,7 @@ def test_the_run_table_and_the_report_show_a_run_s_clock_beside_its_ceiling_s():
 def test_an_ablation_variant_pools_its_trials_clocks():
     """Each trial of a variant is its own run with its own reading; the variant's steps hold them
     pooled, not the first trial's (what a median over non-numbers keeps)."""
-    from llmbench.ablate import Variant, _entry
+    from llmbench.studies.ablation import Variant, _entry
 
     readings = [
         {"sm_clock_mhz": 1500, "limited_fraction": 1.0, "limits": ["sw power cap"]},

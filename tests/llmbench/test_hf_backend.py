@@ -1,8 +1,8 @@
 import pytest
 
-from llmbench.config import parse_config
-from llmbench.results import load_requests
-from llmbench.runner import run_benchmark
+from llmbench.config.load import parse_config
+from llmbench.run.records import load_requests
+from llmbench.run.runner import run_benchmark
 
 pytest.importorskip("transformers")
 

@@ -6,7 +6,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from llmbench.kernel_bench import result_table
+from llmbench.kernelbench.bench import result_table
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
@@ -58,7 +58,7 @@ def test_result_table_shows_rates_fractions_and_target_verdicts():
 
 
 def test_every_engine_kernel_has_a_case_and_cases_are_distinct():
-    from llmbench.kernel_cases import all_cases
+    from llmbench.kernelbench.bench import all_cases
 
     cases = all_cases(torch.bfloat16)  # building a Case allocates nothing: inputs come from make()
     keys = [(case.kernel, case.shape) for case in cases]
@@ -88,7 +88,7 @@ def test_the_flash_split_is_timed_at_every_prefill_shape_where_it_runs(monkeypat
     prefix included, with the same FLOP count; elsewhere its rows are left out."""
     from llmbench.kernels import flash_attention
 
-    from llmbench.kernel_cases import all_cases
+    from llmbench.kernelbench.bench import all_cases
 
     monkeypatch.setattr(flash_attention, "unavailable_reason", lambda device, dtype, head_dim: "absent")
     assert not [case for case in all_cases(torch.bfloat16) if "flash split" in case.kernel]
@@ -103,7 +103,7 @@ def test_the_flash_split_is_timed_at_every_prefill_shape_where_it_runs(monkeypat
 def test_no_prefix_prefill_shapes_are_timed_ours_paged_ours_split_and_torch_alone(monkeypatch):
     from llmbench.kernels import flash_attention
 
-    from llmbench.kernel_cases import all_cases
+    from llmbench.kernelbench.bench import all_cases
 
     # the flash rows, where they run, have a test of their own
     monkeypatch.setattr(flash_attention, "unavailable_reason", lambda device, dtype, head_dim: "absent")

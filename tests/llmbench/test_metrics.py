@@ -2,10 +2,10 @@ import math
 
 import pytest
 
-from llmbench.config import SloConfig
-from llmbench.metrics import arrival_gaps, compute_metrics, median_over_trials
-from llmbench.results import RequestRecord
-from llmbench.step_stats import summarize_steps
+from llmbench.config.schema import SloConfig
+from llmbench.metrics.requests import arrival_gaps, compute_metrics, median_over_trials
+from llmbench.metrics.steps import summarize_steps
+from llmbench.run.records import RequestRecord
 
 PCTS = [50, 90, 99]
 
@@ -75,9 +75,9 @@ def test_duration_runs_until_a_failure_that_finishes_last():
 
 
 def test_runner_records_when_each_request_ended(tmp_path):
-    from llmbench.config import parse_config
-    from llmbench.results import load_requests
-    from llmbench.runner import run_benchmark
+    from llmbench.config.load import parse_config
+    from llmbench.run.records import load_requests
+    from llmbench.run.runner import run_benchmark
     from tests.llmbench.conftest import NULL_RUN
 
     # 300 tokens take longer than 5 ms: requests are aborted, and the run lasts until the last abort

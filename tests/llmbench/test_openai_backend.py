@@ -6,10 +6,12 @@ import pytest
 from llmbench.engine.request import SamplingParams
 
 from llmbench.backends.openai import OpenAIBackend
-from llmbench.config import ConfigError, parse_config
-from llmbench.metrics import arrival_gaps
-from llmbench.results import load_requests, load_summary
-from llmbench.runner import run_benchmark
+from llmbench.config.load import parse_config
+from llmbench.config.schema import ConfigError
+from llmbench.metrics.requests import arrival_gaps
+from llmbench.run.records import load_requests
+from llmbench.run.runner import run_benchmark
+from llmbench.run.summary import load_summary
 from tests.llmbench.sse_server import MODEL, Script, SSEServer
 
 RUN = {

@@ -5,8 +5,8 @@ from before the bound shows no section. `llmbench compare` checks none of it by 
 import json
 import re
 
-from llmbench.compare import DEFAULT_METRICS, compare_summaries
-from llmbench.compare_load import metric_direction
+from llmbench.gate.compare import DEFAULT_METRICS, compare_summaries
+from llmbench.gate.load import metric_direction
 from llmbench.report import write_report
 from tests.llmbench.run_dirs import make_run_dir
 

@@ -9,8 +9,10 @@ from llmbench.engine.timing import StepRecord
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from llmbench.results import RequestRecord, load_requests, load_steps, load_summary, write_atomic
-from llmbench.run_dir import claim_run_dir
+from llmbench.run.directory import claim_run_dir
+from llmbench.run.records import RequestRecord, load_requests
+from llmbench.run.result_files import load_steps, write_atomic
+from llmbench.run.summary import load_summary
 
 REQUEST_KEYS = {
     "id",
@@ -103,7 +105,7 @@ def test_requests_jsonl_schema(run_dir):
 def test_steps_csv_schema(run_dir):
     with open(run_dir / "steps.csv") as f:
         header = next(csv.reader(f))
-    derived = ["cpu_ms", "mbu", "mfu"]  # llmbench.step_stats.derived_columns
+    derived = ["cpu_ms", "mbu", "mfu"]  # llmbench.metrics.steps.derived_columns
     assert header == ["trial"] + [field.name for field in dataclasses.fields(StepRecord)] + derived
     rows = load_steps(run_dir)
     assert len(rows) == load_summary(run_dir)["steps"]["num_steps"]
@@ -115,7 +117,7 @@ def test_steps_csv_schema(run_dir):
 
 
 def test_config_yaml_reloads_to_the_same_config(run_dir):
-    from llmbench.config import load_config
+    from llmbench.config.load import load_config
 
     assert load_config(run_dir / "config.yaml").to_dict() == load_summary(run_dir)["config"]
 
@@ -186,7 +188,7 @@ def test_two_runs_cannot_write_into_one_directory_at_once(tmp_path, null_config_
 
 
 def test_the_default_run_directory_is_one_directory_under_the_root(tmp_path):
-    from llmbench.results import default_run_dir
+    from llmbench.run.result_files import default_run_dir
 
     path = default_run_dir("ci @ 40 req/s", tmp_path)
     assert path.parent == tmp_path and path.name.startswith("ci @ 40 req_s-")

@@ -3,7 +3,7 @@ bandwidth) at the measured ceilings, summed, against the run's output tokens and
 
 import pytest
 
-from llmbench.roofline import bound_summary, measured_costs
+from llmbench.metrics.roofline import bound_summary, measured_costs
 from tests.llmbench.test_step_stats import TINY_KV_BYTES_PER_TOKEN, TINY_MATMUL_PARAMS, TINY_PARAM_BYTES
 
 TINY = {"model": {"preset": "tiny", "dtype": "bfloat16"}}
@@ -168,7 +168,7 @@ def test_the_bound_is_split_between_prefill_and_decode_steps_by_their_gpu_time()
 def test_the_run_table_and_the_report_name_each_kind_of_step_s_share_of_its_bound():
     from rich.console import Console
 
-    from llmbench.console import metrics_table
+    from llmbench.cli.console import metrics_table
     from llmbench.report.format import describe, number
 
     steps = {"prefill_steps_gpu_s": 1.52, "prefill_steps_of_bound": 0.882, "decode_steps_gpu_s": 1.33}

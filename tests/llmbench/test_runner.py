@@ -8,14 +8,16 @@ from llmbench.engine.gc_heap import YOUNG_GC_THRESHOLD
 from typer.testing import CliRunner
 
 import llmbench
-import llmbench.backends
-import llmbench.runner
+import llmbench.backends.factory
+import llmbench.run.runner
 from llmbench.backends.bundled import BundledBackend
 from llmbench.cli import app
-from llmbench.config import parse_config
-from llmbench.results import load_requests, load_steps, load_summary
-from llmbench.runner import run_benchmark
-from llmbench.step_stats import gpu_busy_step_spans
+from llmbench.config.load import parse_config
+from llmbench.metrics.steps import gpu_busy_step_spans
+from llmbench.run.records import load_requests
+from llmbench.run.result_files import load_steps
+from llmbench.run.runner import run_benchmark
+from llmbench.run.summary import load_summary
 from tests.llmbench.conftest import NULL_RUN
 
 
@@ -67,7 +69,7 @@ def test_ctrl_c_through_the_cli_exits_130_with_results(tmp_path, monkeypatch, nu
     def make(config):
         return start(HookedBackend(after=3), **{})[1]
 
-    monkeypatch.setattr(llmbench.backends, "make_backend", make)
+    monkeypatch.setattr(llmbench.backends.factory, "make_backend", make)
     result = CliRunner().invoke(app, ["run", str(null_config_file), "--out", str(tmp_path / "r")])
     assert result.exit_code == 130
     summary = load_summary(tmp_path / "r")
@@ -77,7 +79,9 @@ def test_ctrl_c_through_the_cli_exits_130_with_results(tmp_path, monkeypatch, nu
 
 
 def test_failure_mid_run_exits_1_and_keeps_what_was_measured(tmp_path, monkeypatch, null_config_file):
-    monkeypatch.setattr(llmbench.backends, "make_backend", lambda c: start(HookedBackend(4, RuntimeError))[1])
+    monkeypatch.setattr(
+        llmbench.backends.factory, "make_backend", lambda c: start(HookedBackend(4, RuntimeError))[1]
+    )
     result = CliRunner().invoke(app, ["run", str(null_config_file), "--out", str(tmp_path / "r")])
     assert result.exit_code == 1
     summary = load_summary(tmp_path / "r")
@@ -209,7 +213,7 @@ def test_a_failure_before_the_first_row_names_no_run_directory(
     def broken(*args, **kwargs):
         raise RuntimeError("a bug while building the workload")
 
-    monkeypatch.setattr(llmbench.runner, "build_workload", broken)
+    monkeypatch.setattr(llmbench.run.runner, "build_workload", broken)
     result = CliRunner().invoke(app, ["run", str(null_config_file), "--out", str(tmp_path / "r")])
     assert result.exit_code == 1
     assert "run failed before anything was measured" in caplog.text
@@ -252,13 +256,13 @@ class TimedSteps(BundledBackend):
 def test_the_summarys_gpu_busy_takes_each_trial_alone(tmp_path, monkeypatch):
     # the time between trials (building the next workload, here made long) is no step's: it is idle
     # time of no trial
-    build = llmbench.runner.build_workload
+    build = llmbench.run.runner.build_workload
 
     def slow_build(*args, **kwargs):
         time.sleep(0.2)
         return build(*args, **kwargs)
 
-    monkeypatch.setattr(llmbench.runner, "build_workload", slow_build)
+    monkeypatch.setattr(llmbench.run.runner, "build_workload", slow_build)
     config, backend = start(TimedSteps(), **{"workload.num_requests": 8})
     result = run_benchmark(config, tmp_path, repeat=2, backend=backend)
     steps, rows = result.summary["steps"], load_steps(tmp_path)

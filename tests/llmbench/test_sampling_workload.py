@@ -5,9 +5,9 @@ import pytest
 from llmbench.engine.config import ConfigError
 
 from llmbench.backends.bundled import BundledBackend
-from llmbench.config import parse_config
-from llmbench.results import load_requests
-from llmbench.runner import run_benchmark
+from llmbench.config.load import parse_config
+from llmbench.run.records import load_requests
+from llmbench.run.runner import run_benchmark
 from tests.llmbench.conftest import NULL_RUN
 
 SAMPLED = ["workload.temperature=0.8", "workload.top_p=0.95", "workload.top_k=40"]

@@ -10,14 +10,16 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from llmbench.backends import make_backend
+from llmbench.backends.factory import make_backend
 from llmbench.backends.server import free_port
 from llmbench.cli import app
-from llmbench.config import parse_config
+from llmbench.config.load import parse_config
 from llmbench.report import write_report
 from llmbench.report.sections.ttft_split import PARTS, request_split
-from llmbench.results import load_requests, load_steps, load_summary
-from llmbench.runner import run_benchmark
+from llmbench.run.records import load_requests
+from llmbench.run.result_files import load_steps
+from llmbench.run.runner import run_benchmark
+from llmbench.run.summary import load_summary
 
 # the tiny model's real forward pass on the CPU, as `llmbench serve` runs it
 RUN = {

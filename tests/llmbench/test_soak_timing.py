@@ -1,7 +1,7 @@
 """The soak's per-batch block check wraps the executor: with GPU step timing (a CUDA engine) it must
 pass the step's start event on, so the check runs on a GPU too."""
 
-from llmbench.soak import _check_each_batch
+from llmbench.studies.soak import _check_each_batch
 from tests.engine.test_multistep import run, workload
 from tests.engine.test_step_timing import FORWARD_MS, timed_model_engine
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from llmbench.step_stats import (
+from llmbench.metrics.steps import (
     StepCosts,
     derived_columns,
     gpu_busy_step_spans,

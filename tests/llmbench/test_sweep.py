@@ -5,9 +5,9 @@ import pytest
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from llmbench.config import parse_config
-from llmbench.results import load_summary
-from llmbench.sweep import SweepError, parse_rates, rate_overrides
+from llmbench.config.load import parse_config
+from llmbench.run.summary import load_summary
+from llmbench.studies.sweep import SweepError, parse_rates, rate_overrides
 from tests.llmbench.conftest import NULL_RUN
 
 

@@ -1,9 +1,16 @@
 import numpy as np
 import pytest
 
-from llmbench.backends import ModelInfo
-from llmbench.config import ArrivalConfig, LengthConfig, parse_config
-from llmbench.workload import WorkloadError, arrival_times, build_workload, sample_lengths, synthetic_tokens
+from llmbench.backends.base import ModelInfo
+from llmbench.config.load import parse_config
+from llmbench.config.schema import ArrivalConfig, LengthConfig
+from llmbench.run.workload import (
+    WorkloadError,
+    arrival_times,
+    build_workload,
+    sample_lengths,
+    synthetic_tokens,
+)
 
 INFO = ModelInfo(vocab_size=512, eos_token_id=2, max_model_len=2048, special_token_ids=(1, 2))
 

@@ -1,4 +1,4 @@
-"""How close each run came to its physical bound (summary.json `steps`, llmbench/roofline.py): output
+"""How close each run came to its physical bound (summary.json `steps`, llmbench/metrics/roofline.py): output
 throughput beside the bound's and their ratio, with the ceilings the run measured on its device. A
 run without a bound says why."""
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmbench.ablate import TOGGLES
 from llmbench.report.format import number
 from llmbench.report.html import esc, note, table
 from llmbench.report.page import Page
+from llmbench.studies.ablation import TOGGLES
 
 # keys the environment has carried under more than one name
 VERSION_KEYS = ("llmbench_version", "llmbench")

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmbench.metrics.steps import step_value
 from llmbench.report.format import describe, header_cell, number, with_unit
 from llmbench.report.html import esc, table
 from llmbench.report.page import Page, Point
 from llmbench.report.sections.header import slo_text, sources
-from llmbench.step_stats import step_value
 
 HEADLINE = (
     "output_throughput",

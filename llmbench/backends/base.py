@@ -1,0 +1,71 @@
+"""What the runner drives: the Backend protocol, the model facts a backend hands the workload, and the
+output an HTTP stream yields. Each backend takes requests and streams RequestOutputs back.
+
+In-process backends do their work inside `poll()` (one engine step); others may work in the
+background and hand over whatever arrived since the last poll."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from llmbench.engine.request import RequestOutput, SamplingParams
+
+if TYPE_CHECKING:
+    from llmbench.config.schema import RunConfig
+    from llmbench.engine.models.shape import LlamaShape
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the workload needs to know about the model behind a backend."""
+
+    vocab_size: int
+    eos_token_id: int
+    max_model_len: int
+    special_token_ids: tuple[int, ...] = ()  # never drawn as synthetic prompt tokens
+
+    @classmethod
+    def from_shape(cls, shape: LlamaShape, max_model_len: int) -> ModelInfo:
+        """The info of a model the engine's loader built; its BOS and EOS, where it has them, are special."""
+        specials = tuple(t for t in (shape.bos_token_id, shape.eos_token_id) if t >= 0)
+        return cls(shape.vocab_size, shape.eos_token_id, max_model_len, specials)
+
+
+@dataclass
+class ServedOutput(RequestOutput):
+    """An output read from an HTTP stream, its t_emit when the client read it (on the runner's clock);
+    the finished one carries the engine's own timestamps for the request when the server is ours
+    (perf_counter seconds)."""
+
+    server_timestamps: dict[str, Any] | None = None
+
+
+class Backend(Protocol):
+    model_info: ModelInfo
+    # True when the engine opens the profile window around its own steps (the bundled engine, in
+    # process or in its split core; a server's); the runner then opens none around its polls
+    profiles_own_steps: bool
+    # True when each output's t_emit is when it reached the client, on the runner's clock (an HTTP
+    # stream's read, the hf streamer's decode step); the runner records that instead of its poll's time
+    stamps_outputs: bool
+
+    def start(self, config: RunConfig) -> None: ...
+
+    def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None: ...
+
+    # outputs since the last poll (an in-process engine's: its step's StepOutputs); while_waiting, the
+    # runner's bookkeeping, runs once while this one waits (in an in-process engine's step, once its
+    # work is on the device)
+    def poll(self, while_waiting: Callable[[], object] | None = None) -> Iterable[RequestOutput]: ...
+
+    def abort(self, request_id: str) -> None: ...  # the runner has given up on it (timeout)
+
+    def check_empty(self) -> None: ...  # AssertionError if work or resources are left (run --check)
+
+    def has_unfinished(self) -> bool: ...
+
+    def drain_step_records(self) -> list: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,31 @@
+"""The backend a run config names, started."""
+
+from __future__ import annotations
+
+from llmbench.backends.base import Backend
+from llmbench.config.schema import RunConfig
+
+
+def make_backend(config: RunConfig) -> Backend:
+    """The backend named by config.backend.type, started."""
+    from llmbench.device.environment import apply_cpu_threads
+
+    apply_cpu_threads(config.hardware.cpu_threads)  # before any model loads or engine process starts
+    if config.backend.type == "hf":
+        from llmbench.backends.hf import HFBackend
+
+        backend = HFBackend()
+    elif config.backend.type == "openai":
+        from llmbench.backends.openai import OpenAIBackend
+
+        backend = OpenAIBackend()
+    elif config.backend.type == "server":
+        from llmbench.backends.server import ServerBackend
+
+        backend = ServerBackend()
+    else:
+        from llmbench.backends.bundled import BundledBackend
+
+        backend = BundledBackend()
+    backend.start(config)
+    return backend

@@ -1,0 +1,129 @@
+"""What the user sees while and after a run: a progress bar and the headline metrics table."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from llmbench.device.clocks import describe as describe_clock
+from llmbench.run.records import RequestRecord
+
+console = Console(stderr=True)
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(message)s",
+        handlers=[RichHandler(console=console, show_path=False)],
+    )
+
+
+class RunProgress:
+    """A live bar per phase: completed requests and output tokens per second so far."""
+
+    def __init__(self) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]:>8.1f} out tok/s"),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        self._task = None
+        self._started = 0.0
+        self._output_tokens = 0
+
+    def __enter__(self) -> RunProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def phase(self, label: str, total: int) -> None:
+        if self._task is not None:
+            self._progress.update(self._task, visible=False)
+        self._task = self._progress.add_task(label, total=total, rate=0.0)
+        self._started = time.perf_counter()
+        self._output_tokens = 0
+
+    def request_done(self, record: RequestRecord) -> None:
+        # as output_throughput counts: a failed request's tokens are not output delivered
+        self._output_tokens += record.output_len if record.succeeded else 0
+        elapsed = max(time.perf_counter() - self._started, 1e-9)
+        self._progress.update(self._task, advance=1, rate=self._output_tokens / elapsed)
+
+
+def metrics_table(summary: dict[str, Any]) -> Table:
+    """Headline numbers of a run: throughputs, then each latency's mean, median and tail."""
+    m = summary["metrics"]
+    title = summary["name"] + ("" if summary["complete"] else " (incomplete)")
+    table = Table(title=title, show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    counts = f"{m.get('completed', 0)} / {m.get('failed', 0)}"
+    if m.get("not_started"):
+        counts += f" ({m['not_started']} not started)"
+    rows = [
+        ("completed / failed", counts),
+        ("duration (s)", _fmt(m.get("duration_s"))),
+        ("request throughput (req/s)", _fmt(m.get("request_throughput"))),
+        ("output throughput (tok/s)", _fmt(m.get("output_throughput"))),
+        ("total token throughput (tok/s)", _fmt(m.get("total_token_throughput"))),
+    ]
+    if m.get("request_goodput") is not None:
+        rows.append(("request goodput (req/s)", _fmt(m["request_goodput"])))
+    tail = max((k for k in m if k.startswith("p") and k.endswith("_ttft_ms")), default=None, key=_pct)
+    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL")):
+        values = [_fmt(m.get(f"{stat}_{name}_ms")) for stat in ("mean", "median")]
+        if tail:
+            values.append(_fmt(m.get(tail.replace("ttft", name))))
+        suffix = f" / {tail.split('_')[0]}" if tail else ""
+        rows.append((f"{label} mean / median{suffix} (ms)", " / ".join(values)))
+    steps = summary.get("steps") or {}
+    if steps.get("num_steps"):
+        rows.append(("engine steps", str(steps["num_steps"])))
+        times = (steps.get(key) for key in ("mean_step_ms", "mean_cpu_ms_per_step", "mean_wait_ms"))
+        rows.append(("step / CPU / readback wait, mean (ms)", " / ".join(_fmt(t) for t in times)))
+    if steps.get("throughput_of_bound") is not None:
+        reached = f"{_fmt(steps['bound_output_throughput'])} ({steps['throughput_of_bound']:.1%} reached)"
+        rows.append(("roofline bound output (tok/s)", reached))
+        if steps.get("throughput_of_serial_bound") is not None:
+            serial = steps["serial_bound_output_throughput"]
+            rows.append(
+                (
+                    "serial bound output (tok/s)",
+                    f"{_fmt(serial)} ({steps['throughput_of_serial_bound']:.1%} reached)",
+                )
+            )
+    kinds = [k for k in ("prefill", "decode") if steps.get(f"{k}_steps_of_bound") is not None]
+    if kinds:
+        parts = (
+            f"{k} {steps[k + '_steps_of_bound']:.1%} of {_fmt(steps[k + '_steps_gpu_s'])} s" for k in kinds
+        )
+        rows.append(("bound / GPU time by step kind", ", ".join(parts)))
+    if steps.get("gpu_clock"):
+        ceiling = describe_clock(steps.get("ceiling_gemm_clock"))
+        clock = describe_clock(steps["gpu_clock"]) + (f" (GEMM ceiling at {ceiling})" if ceiling else "")
+        rows.append(("GPU SM clock, timed trials", clock))
+    for label, value in rows:
+        table.add_row(label, value)
+    return table
+
+
+def _pct(key: str) -> float:
+    return float(key[1:].split("_")[0])
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.2f}" if isinstance(value, float) else str(value)

@@ -1,0 +1,139 @@
+"""The study commands: `ablate`, `sweep` and `soak` run one workload many times and set the runs side by
+side. Registered on the `llmbench` app by cli/app.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from llmbench.cli.common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    NoReportOption,
+    SetOption,
+    VerboseOption,
+    exit_codes,
+    print_wide,
+    save_json,
+    show_report,
+)
+from llmbench.cli.console import RunProgress, console, setup_logging
+from llmbench.config.load import ConfigFileError
+from llmbench.engine.config import ConfigError
+from llmbench.run.directory import RunDirError
+from llmbench.run.workload import WorkloadError
+from llmbench.studies.study import StudyResult
+
+
+def ablate(
+    config: Annotated[Path, typer.Argument(help="YAML run config, e.g. configs/ci.yaml")],
+    order: Annotated[
+        str | None, typer.Option(help="Toggles to add one at a time, comma-separated (default: all)")
+    ] = None,
+    leave_one_out: Annotated[
+        bool, typer.Option("--leave-one-out", help="Also run all on with each toggle off")
+    ] = False,
+    repeat: Annotated[
+        int, typer.Option(help="Trials per variant, interleaved: trial 1 of every variant, then trial 2, ...")
+    ] = 3,
+    preset: Annotated[
+        str,
+        typer.Option(
+            help="all: every toggle in the default order; cpu-overhead: CUDA graphs on throughout, then "
+            "process_split, async_output, num_scheduler_steps, async_scheduling"
+        ),
+    ] = "all",
+    set_: SetOption = None,
+    out: Annotated[Path | None, typer.Option(help="Directory (default: results/NAME-ablation-TIME)")] = None,
+    no_report: NoReportOption = False,
+    verbose: VerboseOption = False,
+) -> None:
+    """Run a workload with every optimization off, then add them one at a time; write ablation.json.
+
+    Each variant runs --repeat times; the table shows medians with their 95% intervals, and a toggle whose
+    effect lies inside the trial noise is marked as such.
+
+    Example:
+
+        llmbench ablate configs/ci.yaml --order process_split,num_scheduler_steps --leave-one-out --repeat 5
+
+        llmbench ablate configs/llama3-8b-decode.yaml --preset cpu-overhead
+    """
+    from llmbench.studies.ablation import AblationError, run_ablation
+    from llmbench.studies.ablation_table import ablation_table
+
+    setup_logging(verbose)
+    user_errors = (AblationError, ConfigFileError, ConfigError, WorkloadError, RunDirError)
+    failure = f"ablation failed; variants measured so far are in {out or 'results/'}"
+    # Ctrl-C while a variant's model loads; during a run, run_benchmark keeps what it measured
+    with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
+        result = run_ablation(config, set_ or [], order, leave_one_out, out, progress, repeat, preset)
+    _show_study(ablation_table(result.data), result, no_report)
+
+
+def sweep(
+    config: Annotated[Path, typer.Argument(help="YAML run config, e.g. configs/quickstart.yaml")],
+    rates: Annotated[str, typer.Option(help="Request rates per second, comma-separated; inf: all at once")],
+    set_: SetOption = None,
+    out: Annotated[Path | None, typer.Option(help="Directory (default: results/NAME-sweep-TIME)")] = None,
+    no_report: NoReportOption = False,
+    verbose: VerboseOption = False,
+) -> None:
+    """Run a workload at several request rates, one run each; write sweep.json and a latency curve.
+
+    Example:
+
+        llmbench sweep configs/quickstart.yaml --rates 10,20,40,inf
+    """
+    from llmbench.studies.sweep import SweepError, run_sweep, sweep_table
+
+    setup_logging(verbose)
+    user_errors = (SweepError, ConfigFileError, ConfigError, WorkloadError, RunDirError)
+    failure = f"sweep failed; rates measured so far are in {out or 'results/'}"
+    with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
+        result = run_sweep(config, set_ or [], rates, out, progress)
+    _show_study(sweep_table(result.data), result, no_report)
+
+
+def _show_study(table: Table, result: StudyResult, no_report: bool) -> None:
+    """A study's table, where its runs are and its report; exit 130 if it was interrupted."""
+    print_wide(table)
+    console.print(f"results: {result.out_dir}", highlight=False)
+    if not no_report and (result.out_dir / "summary.json").is_file():
+        show_report(result.out_dir)
+    if result.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def soak(
+    requests: Annotated[int, typer.Option(min=1, help="Requests to run through each pool")] = 10_000,
+    blocks: Annotated[int, typer.Option(min=1, help="KV blocks of the small, preempting pool")] = 64,
+    seed: Annotated[int, typer.Option(help="Workload and arrival seed")] = 0,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a model.* or engine.* value: key.path=value (repeatable)"),
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Also write the figures as JSON to this file")] = None,
+) -> None:
+    """Preemption soak: the same requests through a KV pool far too small for them, then a large one.
+
+    Exits 1 unless no request is lost or duplicated, no block leaks, and the greedy outputs of both
+    pools are identical. The default model is the null executor (tiny shapes, no forward).
+
+    Example:
+
+        llmbench soak --requests 10000 --blocks 64 --out results/cpu/soak.json
+    """
+    from llmbench.studies.soak import SoakError, run_soak, soak_engine_config, soak_table
+
+    setup_logging()
+    with exit_codes((SoakError, ConfigError)):
+        engine_config = soak_engine_config(set_ or [], blocks)
+    result = run_soak(engine_config, requests, seed)
+    console.print(soak_table(result))
+    if out is not None:
+        save_json(out, result.to_dict())
+    raise typer.Exit(0 if result.passed else EXIT_FAILURE)

@@ -1,0 +1,208 @@
+"""The run configuration: YAML sections mapped onto validated dataclasses.
+
+`model` and `engine` are the engine's own ModelConfig and EngineConfig (field for field); the other
+sections belong to the toolkit. Every user mistake becomes a ConfigError whose key is the full dotted
+path, so the CLI can print one line such as `config.yaml: workload.arrival.rate: expected a number > 0,
+got 'fast'`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from llmbench.config.build import bounded, clip
+from llmbench.engine.config import ConfigError, EngineConfig, ModelConfig
+
+# far beyond a useful run, far below what the workload's arrays could allocate
+MAX_REQUESTS = 1_000_000
+MAX_TOKENS = 1 << 30  # a length bound numpy's integer sampling can take
+
+
+@dataclass
+class LengthConfig:
+    """A token-length distribution. Samples are rounded and clipped to [min, max]."""
+
+    dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
+    mean: float = bounded(128, gt=0)  # fixed: the value; normal/lognormal: the mean; uniform: unused
+    std: float = bounded(0.0, ge=0)  # normal
+    sigma: float = bounded(0.5, gt=0)  # lognormal: std of the underlying normal
+    min: int = bounded(1, ge=1, le=MAX_TOKENS)
+    max: int | None = bounded(None, ge=1, le=MAX_TOKENS)  # uniform: required upper bound; others: clip
+
+    def __post_init__(self) -> None:
+        if self.dist == "uniform" and self.max is None:
+            raise ConfigError("max", "uniform lengths need a max")
+        if self.max is not None and self.max < self.min:
+            raise ConfigError("max", f"expected an integer >= min ({self.min}), got {self.max}")
+
+
+@dataclass
+class ArrivalConfig:
+    """When requests are submitted. gamma follows vLLM: shape = burstiness, scale = 1/(rate*burstiness);
+    burstiness 1 is Poisson, below 1 burstier, above 1 more regular."""
+
+    process: Literal["inf", "constant", "poisson", "gamma"] = "inf"
+    rate: float = bounded(1.0, gt=0)  # requests per second
+    burstiness: float = bounded(1.0, gt=0)
+
+
+@dataclass
+class DatasetConfig:
+    """Where prompt tokens come from. sharegpt: a JSON list of {"conversations": [{"from": "human",
+    "value": ...}, {"from": "gpt", "value": ...}]} tokenized with a tokenizer.json."""
+
+    type: Literal["synthetic", "sharegpt"] = "synthetic"
+    path: str | None = None
+    tokenizer: str | None = None  # defaults to model.tokenizer, then <model.path>/tokenizer.json
+    output_lengths_from_dataset: bool = True  # False: workload.output sets the output lengths
+
+    def __post_init__(self) -> None:
+        if self.type == "sharegpt" and self.path is None:
+            raise ConfigError("path", "a sharegpt dataset needs a path")
+
+
+@dataclass
+class PrefixConfig:
+    """Shared-prefix groups: request i starts with group (i % groups)'s prefix_len common tokens."""
+
+    groups: int = bounded(0, ge=0)  # 0: no shared prefix
+    prefix_len: int = bounded(0, ge=0)
+
+    def __post_init__(self) -> None:
+        if self.groups and not self.prefix_len:
+            raise ConfigError("prefix_len", "expected an integer >= 1 when groups are set, got 0")
+
+
+@dataclass
+class WorkloadConfig:
+    num_requests: int = bounded(64, ge=1, le=MAX_REQUESTS)
+    warmup_requests: int = bounded(0, ge=0, le=MAX_REQUESTS)  # run first, kept out of the metrics
+    seed: int = bounded(0, ge=0)  # numpy generators take no negative seeds
+    max_concurrency: int | None = bounded(None, ge=1)
+    input: LengthConfig = field(default_factory=LengthConfig)  # prompt tokens after any shared prefix
+    output: LengthConfig = field(default_factory=LengthConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    prefix: PrefixConfig = field(default_factory=PrefixConfig)
+    arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
+    temperature: float = bounded(0.0, ge=0)
+    top_p: float = bounded(1.0, gt=0, le=1)  # with temperature > 0: 1 keeps every token
+    top_k: int = bounded(0, ge=0)  # with temperature > 0: 0 keeps every token
+    ignore_eos: bool = True  # benchmarks want the requested output lengths, not the model's whims
+    # a request unfinished this long after its submit is aborted and counted as failed
+    request_timeout_s: float | None = bounded(None, gt=0)
+
+
+@dataclass
+class SloConfig:
+    """Per-request service-level objectives for goodput; None means no objective on that metric."""
+
+    ttft_ms: float | None = bounded(None, gt=0)
+    tpot_ms: float | None = bounded(None, gt=0)
+    e2el_ms: float | None = bounded(None, gt=0)
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2el_ms))
+
+
+@dataclass
+class OutputConfig:
+    dir: str | None = None  # default: results/<name>-<UTC timestamp>
+    save_tokens: bool = False
+    percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 95.0, 99.0])
+    report: bool = True  # render the HTML report after the run
+    # stop a trial once its failed share is certain to exceed this (failed > rate x num_requests)
+    max_error_rate: float | None = bounded(None, ge=0)
+
+    def __post_init__(self) -> None:
+        if self.dir is not None:
+            self.dir = os.path.expanduser(self.dir)
+            if not self.dir.isprintable() or ".." in Path(self.dir).parts or not self.dir.strip():
+                raise ConfigError(
+                    "dir",
+                    f"expected a path without '..' or control characters, got {clip(repr(self.dir), 60)}",
+                )
+        bad = [p for p in self.percentiles if not 0 < p <= 100]
+        if bad or not self.percentiles:
+            raise ConfigError("percentiles", f"expected a non-empty list of numbers in (0, 100], got {bad}")
+        if self.max_error_rate is not None and self.max_error_rate > 1:
+            raise ConfigError("max_error_rate", f"expected a number in [0, 1], got {self.max_error_rate:g}")
+
+
+@dataclass
+class BackendConfig:
+    type: Literal["bundled", "hf", "openai", "server"] = "bundled"
+    batch_size: int | None = bounded(None, ge=1)  # hf static batch; defaults to engine.max_num_seqs
+    # openai: any OpenAI-compatible server; server: `llmbench serve` started for the run, driven the same way
+    url: str | None = None  # openai: the base URL, ending in /v1
+    endpoint: Literal["completions", "chat"] = "completions"
+    model: str | None = None  # the served model's name; default: the first of GET <url>/models
+    api_key_env: str | None = None  # the environment variable holding the API key (sent as a Bearer token)
+    prompt_format: Literal["token_ids", "text"] = "token_ids"  # text: exact-length text via the tokenizer
+    startup_timeout_s: float = bounded(600.0, gt=0)  # server: how long to wait for GET /health
+
+    def __post_init__(self) -> None:
+        if self.type == "openai" and not self.url:
+            raise ConfigError("url", "backend.type openai needs the server's base URL (http://host:8000/v1)")
+        if self.url is not None and not re.fullmatch(r"https?://[^\s/?#]+(/\S*)?", self.url):
+            raise ConfigError("url", f"expected an http:// or https:// URL, got {clip(repr(self.url), 60)}")
+        if self.endpoint == "chat" and self.prompt_format == "token_ids":
+            raise ConfigError("prompt_format", "the chat endpoint takes text: set prompt_format: text")
+
+
+@dataclass
+class HardwareConfig:
+    """How much of the machine a run uses, and the peak figures MBU and MFU are judged against (unset:
+    H200 defaults, 4,200 GB/s and 784 TFLOP/s). `llmbench env --bandwidth` measures the copy bandwidth
+    of the machine at hand."""
+
+    # torch's CPU threads in every process that runs the model; null: torch's default (one per core).
+    # 1 by default: the tiny model's GEMMs are too small to split, and threads waiting at libgomp's
+    # barriers on a loaded machine made quickstart runs 2-25x slower than a single thread
+    cpu_threads: int | None = bounded(1, ge=1, le=1024)
+
+    peak_bandwidth_gb_s: float | None = bounded(None, gt=0)
+    peak_tflops: float | None = bounded(None, gt=0)
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+
+    def __post_init__(self) -> None:
+        # the name becomes a directory under results/ (its slashes replaced): it must stay there
+        if (
+            not self.name.isprintable()
+            or not self.name.strip()
+            or ".." in self.name.replace("\\", "/").split("/")
+        ):
+            raise ConfigError(
+                "name", f"expected a name without '..' or control characters, got {clip(repr(self.name), 60)}"
+            )
+        # the YAML keeps `model` top-level; the engine receives it inside its own config
+        self.engine.model = self.model
+        try:
+            self.engine.check_gpus()
+        except ConfigError as e:
+            raise ConfigError(f"engine.{e.key}", e.message) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain data, in the YAML's shape (no model inside engine)."""
+        data = dataclasses.asdict(self)
+        del data["engine"]["model"]
+        return data
+
+    @property
+    def hf_batch_size(self) -> int:
+        return self.backend.batch_size or self.engine.max_num_seqs

@@ -1,0 +1,125 @@
+"""What `llmbench compare` reads: the metrics to check (`--metric name:threshold`) and each side, a run
+directory or a summary.json. A directory killed before it wrote summary.json is read as `llmbench report`
+reads it (metrics recomputed from requests.jsonl and steps.csv) and marked incomplete, like a summary that
+says complete: false."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmbench.device.clocks import clock_mismatch
+from llmbench.metrics.steps import summarize_steps
+from llmbench.run.result_files import load_steps
+
+log = logging.getLogger(__name__)
+
+DEFAULT_THRESHOLD = 0.05
+_HIGHER_IS_BETTER = re.compile(r"(throughput|goodput|completed|busy|mbu|mfu)[^.]*$")
+_LOWER_IS_BETTER = re.compile(r"((_ms|_s)(_per_[a-z]+)?|failed|preempted)$")
+
+
+class CompareError(ValueError):
+    """Bad input to compare (missing file, unknown metric, bad threshold): exit code 2."""
+
+
+def load_summary(path: Path) -> dict:
+    """A run directory or its summary.json; `complete` is False for a run cut short."""
+    path = Path(path)
+    if path.is_dir() and not (path / "summary.json").is_file():
+        summary = _rebuilt(path)  # warns that the run is incomplete
+    else:
+        summary = _read(path / "summary.json" if path.is_dir() else path, path)
+        if not summary.get("complete", True):
+            log.warning("%s: incomplete run, judged on what it measured", path)
+    if path.is_dir():
+        _attach_trial_steps(summary, path)
+    return summary
+
+
+def _read(file: Path, path: Path) -> dict:
+    if not file.is_file():
+        raise CompareError(f"{path}: no such run directory or summary.json")
+    try:
+        summary = json.loads(file.read_text())
+    except json.JSONDecodeError as e:
+        raise CompareError(f"{file}: not valid JSON ({e.msg})") from None
+    if not isinstance(summary, dict) or not isinstance(summary.get("metrics"), dict):
+        raise CompareError(f"{file}: not an llmbench summary (no 'metrics')")
+    return summary
+
+
+def _rebuilt(run_dir: Path) -> dict:
+    from llmbench.report.load import ReportError, load_run
+
+    try:
+        return load_run(run_dir).summary
+    except ReportError as e:
+        raise CompareError(f"{run_dir}: no such run directory or summary.json ({e})") from None
+
+
+@dataclass(frozen=True)
+class MetricCheck:
+    name: str  # a key of summary "metrics", or a dotted path such as steps.mean_cpu_ms_per_step
+    higher_is_better: bool
+    threshold: float  # relative: 0.05 allows a 5% change in the bad direction
+
+
+def metric_direction(name: str) -> bool:
+    """True when higher is better, inferred from the metric's name."""
+    if _HIGHER_IS_BETTER.search(name):
+        return True
+    if _LOWER_IS_BETTER.search(name):
+        return False
+    raise CompareError(f"metric {name!r}: cannot tell whether higher or lower is better")
+
+
+def parse_metric_spec(spec: str) -> MetricCheck:
+    """`name` or `name:threshold`, threshold as a fraction (0.1) or a percentage (10%)."""
+    name, _, threshold_text = spec.partition(":")
+    if not name:
+        raise CompareError(f"--metric {spec!r}: expected name or name:threshold")
+    threshold = DEFAULT_THRESHOLD if not threshold_text else _parse_threshold(spec, threshold_text)
+    if "busy" in name:
+        # neither GPU-busy figure is a goal in itself: a step that launches more work reads busier
+        log.warning("%s: GPU busy is a diagnostic, not a target; judged as higher is better", name)
+    return MetricCheck(name, metric_direction(name), threshold)
+
+
+def _parse_threshold(spec: str, text: str) -> float:
+    percent = text.endswith("%")
+    try:
+        value = float(text[:-1] if percent else text)
+    except ValueError:
+        raise CompareError(f"--metric {spec!r}: threshold {text!r} is not a number like 0.1 or 10%") from None
+    value = value / 100 if percent else value
+    if not value > 0 or math.isinf(value):
+        raise CompareError(f"--metric {spec!r}: threshold must be > 0")
+    return value
+
+
+def _attach_trial_steps(summary: dict, run_dir: Path) -> None:
+    """Give each trial its own step summary from steps.csv, so steps.* metrics are judged against
+    trial noise too rather than as one point each."""
+    trials = summary.get("trials") or []
+    if len(trials) < 2 or any("steps" in trial for trial in trials) or not (run_dir / "steps.csv").is_file():
+        return
+    rows_by_trial: dict[int, list[dict]] = {}
+    for row in load_steps(run_dir):
+        rows_by_trial.setdefault(row["trial"], []).append(row)
+    if sorted(rows_by_trial) != list(range(len(trials))):
+        return
+    for k, trial in enumerate(trials):
+        trial["steps"] = summarize_steps(rows_by_trial[k])
+
+
+def warn_of_clock_mismatch(baseline: dict, current: dict) -> None:
+    """A warning when the two runs' GPUs ran at different clocks (summary steps.gpu_clock)."""
+    clocks = [(summary.get("steps") or {}).get("gpu_clock") for summary in (baseline, current)]
+    note = clock_mismatch(*clocks)
+    if note:
+        log.warning(note)

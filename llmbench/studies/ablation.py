@@ -1,0 +1,283 @@
+"""`llmbench ablate`: one workload run with every optimization off, then with toggles switched on one
+at a time in a stated order (the last of those is all on), and optionally with each one switched off
+from all on. A preset names an order and settings every variant shares (cpu-overhead: CUDA graphs on,
+as in vLLM 0.5.3, and the CPU-overhead toggles added in the order vLLM added them). Every variant is
+an ordinary `llmbench run` in a sub-directory; ablation.json collects their metrics and step
+summaries, and the directory's summary.json is the all-on run's, so `report` and `compare` can take
+the ablation directory itself. The table is drawn by llmbench/studies/ablation_table.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmbench.cli.console import RunProgress
+from llmbench.config.load import load_config
+from llmbench.config.schema import RunConfig
+from llmbench.device.clocks import merge_readings
+from llmbench.metrics.requests import median_over_trials
+from llmbench.metrics.trial_stats import bootstrap_median_ci, bootstrap_ratio_ci, ratio
+from llmbench.run.result_files import default_run_dir
+from llmbench.studies.study import StudyResult, run_point, write_json
+
+logger = logging.getLogger(__name__)
+
+# engine toggle -> (off, on)
+TOGGLES: dict[str, tuple[Any, Any]] = {
+    "process_split": (False, True),
+    "async_output": (False, True),
+    "num_scheduler_steps": (1, 8),
+    "async_scheduling": (False, True),
+    "cuda_graphs": (False, True),
+    "chunked_prefill": (False, True),
+    "prefix_caching": (False, True),
+    "dependent_launch": (False, True),
+    "prefill_attention": ("paged", "sdpa"),
+}
+# dependent_launch only by name: the default ablation is the CPU-overhead story, and on a GPU without it
+# (before Hopper) the variant would repeat the one before; prefill_attention only by name too, a kernel
+# choice on trial (`--order prefill_attention`: paged against sdpa). async_scheduling after
+# async_output, which it extends (no wait for step n before step n+1 is launched), so all on overlaps
+# everything
+DEFAULT_ORDER = ["process_split", "async_output", "num_scheduler_steps", "async_scheduling", "cuda_graphs"]
+DEFAULT_ORDER += ["chunked_prefill", "prefix_caching"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    order: list[str]
+    fixed: dict[str, Any]  # engine settings of every variant, the all-off one included
+
+
+PRESETS = {
+    "all": Preset(DEFAULT_ORDER, {}),
+    # vLLM 0.5.3's shape (graphs on, nothing hiding CPU overhead), then 0.6.0's and V1's answers
+    "cpu-overhead": Preset(
+        ["process_split", "async_output", "num_scheduler_steps", "async_scheduling"], {"cuda_graphs": True}
+    ),
+}
+# toggles with nothing to act on without a GPU forward
+GPU_TOGGLES = ("cuda_graphs", "dependent_launch")
+DEFAULT_REPEAT = 3
+MAX_REPEAT = 100
+# the figures given with a 95% interval over a variant's trials
+INTERVAL_METRICS = (("metrics", "output_throughput"), ("steps", "mean_cpu_ms_per_step"))
+
+
+class AblationError(ValueError):
+    """Unusable ablate arguments (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str  # as shown: "all off", "+async_output", "-cuda_graphs"
+    directory: str  # sub-directory of the ablation directory
+    toggles: dict[str, Any]
+
+
+def parse_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise AblationError(f"--preset: unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def parse_order(text: str | None, default: list[str] = DEFAULT_ORDER) -> list[str]:
+    """Toggle names from `--order a,b,c` (default: the preset's order)."""
+    if text is None:
+        return list(default)
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    for name in names:
+        if name not in TOGGLES:
+            raise AblationError(f"--order: unknown toggle {name!r}; toggles: {', '.join(TOGGLES)}")
+    if len(set(names)) != len(names):
+        raise AblationError(f"--order: a toggle is named twice in {text!r}")
+    if not names:
+        raise AblationError("--order: give at least one toggle")
+    return names
+
+
+def available(order: list[str], config: RunConfig) -> list[str]:
+    """The toggles of `order` this machine and config can switch on; the others are left out, noted."""
+    import torch
+
+    reason = None
+    if config.model.executor == "null":
+        reason = "the null executor runs no kernels"
+    elif config.model.device == "cpu" or (config.model.device == "auto" and not torch.cuda.is_available()):
+        reason = "no CUDA device"
+    if reason is None:
+        return list(order)
+    for name in GPU_TOGGLES:
+        if name in order:
+            logger.info("ablation leaves out %s: %s", name, reason)
+    return [name for name in order if name not in GPU_TOGGLES]
+
+
+def plan(order: list[str], leave_one_out: bool) -> list[Variant]:
+    """All off, then each toggle of `order` added to the ones before it; then each left out of all on."""
+    off = {name: TOGGLES[name][0] for name in order}
+    on = {name: TOGGLES[name][1] for name in order}
+    variants = [Variant("all off", "00-all-off", off)]
+    enabled = dict(off)
+    for i, name in enumerate(order, start=1):
+        enabled = {**enabled, name: TOGGLES[name][1]}
+        variants.append(Variant(f"+{name}", f"{i:02d}-{name}", enabled))
+    if leave_one_out:
+        variants += [Variant(f"-{name}", f"without-{name}", {**on, name: off[name]}) for name in order]
+    return variants
+
+
+def check_repeat(repeat: int) -> int:
+    """Trials per variant; an absurd count is refused before anything runs."""
+    if not 1 <= repeat <= MAX_REPEAT:
+        raise AblationError(f"--repeat: expected 1 to {MAX_REPEAT} trials per variant, got {repeat}")
+    return repeat
+
+
+def run_ablation(
+    config_path: Path,
+    overrides: list[str],
+    order_text: str | None,
+    leave_one_out: bool,
+    out_dir: Path | None,
+    progress: RunProgress | None = None,
+    repeat: int = DEFAULT_REPEAT,
+    preset_name: str = "all",
+) -> StudyResult:
+    """Run every variant `repeat` times through the same code as `llmbench run` (with the config's
+    backend: through the serving layer when it is `server`), interleaved (trial 1 of every variant,
+    then trial 2, ...) so that a machine's drift spreads over all variants alike; ablation.json is
+    rewritten after each run. --order replaces the preset's order; its fixed settings stay."""
+    check_repeat(repeat)
+    preset = parse_preset(preset_name)
+    command = ["llmbench", "ablate", str(config_path), *(["--order", order_text] if order_text else [])]
+    command += ["--preset", preset_name] if preset_name != "all" else []
+    command += ["--leave-one-out"] if leave_one_out else []
+    command += ["--repeat", str(repeat), *[arg for item in overrides for arg in ("--set", item)]]
+    order = parse_order(order_text, preset.order)
+    base = load_config(config_path, overrides)
+    order = available(order, base)
+    if not order:
+        raise AblationError("--order: none of its toggles can be switched on here")
+    # a fixed GPU setting has nothing to act on where the GPU toggles are left out
+    fixed = {k: v for k, v in preset.fixed.items() if k not in GPU_TOGGLES or available([k], base)}
+    out_dir = Path(out_dir or default_run_dir(f"{base.name}-ablation"))
+    ablation: dict[str, Any] = {
+        "command": shlex.join(command),
+        "preset": preset_name,
+        "fixed": fixed,
+        "backend": base.backend.type,
+        "order": order,
+        "repeat": repeat,
+        "complete": False,
+        "variants": [],
+    }
+    result = StudyResult(out_dir, ablation)
+    variants = plan(order, leave_one_out)
+    trials: dict[str, list[dict[str, Any]]] = {variant.name: [] for variant in variants}
+    for trial in range(1, repeat + 1):
+        for variant in variants:
+            toggles = {**fixed, **variant.toggles}
+            settings = [f"engine.{name}={value}" for name, value in toggles.items()]
+            config = load_config(config_path, [*overrides, *settings])
+            config.name = f"{base.name} {variant.name}"
+            logger.info("trial %d/%d, variant %s: %s", trial, repeat, variant.name, ", ".join(settings))
+            run_dir = f"{variant.directory}/trial-{trial}"
+            run = run_point(config, config_path, out_dir / run_dir, progress, AblationError)
+            trials[variant.name].append(
+                {
+                    "trial": trial,
+                    "run_dir": run_dir,
+                    "metrics": run.summary["metrics"],
+                    "steps": run.summary["steps"],
+                }
+            )
+            ablation["variants"] = _entries(variants, trials, order)
+            if variant.name == f"+{order[-1]}":
+                # the directory's summary is all on's median trial, so report and compare can take it
+                median_run = _entry(variant, trials[variant.name])["run_dir"]
+                summary = json.loads((out_dir / median_run / "summary.json").read_text())
+                write_json(out_dir / "summary.json", {**summary, "name": base.name})
+            write_json(out_dir / "ablation.json", ablation)
+            if run.interrupted:
+                result.interrupted = True
+                return result
+    ablation["complete"] = True
+    write_json(out_dir / "ablation.json", ablation)
+    return result
+
+
+def _entries(
+    variants: list[Variant], trials: dict[str, list[dict]], order: list[str]
+) -> list[dict[str, Any]]:
+    """ablation.json's variants measured so far, each with its effect against the variant it changes:
+    "+x" against the step before it, "-x" against all on; after the last step, "all on" again."""
+    all_on = f"+{order[-1]}"
+    entries: dict[str, dict[str, Any]] = {}
+    for i, variant in enumerate(variants):
+        if not trials[variant.name]:
+            continue
+        entry = _entry(variant, trials[variant.name])
+        against = all_on if variant.name.startswith("-") else variants[i - 1].name if i else None
+        if against in entries:
+            entry["vs_previous"] = _effect(entries[against], entry)
+        entries[variant.name] = entry
+    listed = []
+    for name, entry in entries.items():
+        listed.append(entry)
+        if name == all_on:
+            # a whole bar closing the waterfall
+            listed.append(
+                {key: value for key, value in entry.items() if key != "vs_previous"} | {"name": "all on"}
+            )
+    return listed
+
+
+def _entry(variant: Variant, done: list[dict[str, Any]]) -> dict[str, Any]:
+    """A variant's medians over its trials, their 95% intervals, and every trial's own figures."""
+    throughputs = [t["metrics"].get("output_throughput") or 0.0 for t in done]
+    median_trial = done[sorted(range(len(done)), key=throughputs.__getitem__)[(len(done) - 1) // 2]]
+    return {
+        "name": variant.name,
+        "toggles": variant.toggles,
+        "metrics": median_over_trials([t["metrics"] for t in done]),
+        "steps": median_over_trials([t["steps"] for t in done]) | _clock(done),
+        "run_dir": median_trial["run_dir"],  # the trial at the median throughput
+        "intervals": {
+            key: _interval([(t[section] or {}).get(key) for t in done]) for section, key in INTERVAL_METRICS
+        },
+        "trials": done,
+    }
+
+
+def _clock(done: list[dict[str, Any]]) -> dict[str, Any]:
+    """The trials' GPU clocks pooled (a dict each: the median over trials would keep the first)."""
+    merged = merge_readings([(t["steps"] or {}).get("gpu_clock") for t in done])
+    return {"gpu_clock": merged} if merged else {}
+
+
+def _interval(values: list[float | None]) -> list[float] | None:
+    known = [v for v in values if v is not None]
+    return list(bootstrap_median_ci(known)) if len(known) == len(values) else None
+
+
+def _effect(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Output throughput after / before, with a bootstrap interval over the trials: inside the noise
+    when the interval holds 1 (unknown with a single trial a side)."""
+    a = [t["metrics"].get("output_throughput") or 0.0 for t in before["trials"]]
+    b = [t["metrics"].get("output_throughput") or 0.0 for t in after["trials"]]
+    effect: dict[str, Any] = {
+        "against": before["name"],
+        "ratio": ratio(statistics.median(a), statistics.median(b)),
+    }
+    if len(a) >= 2 and len(b) >= 2:
+        low, high = bootstrap_ratio_ci(a, b)
+        effect.update(ci=[low, high], within_noise=low <= 1 <= high)
+    else:
+        effect.update(ci=None, within_noise=None)
+    return effect

@@ -1,0 +1,39 @@
+"""What `llmbench ablate` and `llmbench sweep` share: a study runs one workload several ways, each an
+ordinary `llmbench run` in a sub-directory of the study's directory, and keeps a JSON file (ablation.json,
+sweep.json) that collects them, rewritten after every run so an interrupted study keeps what it measured."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmbench.backends.factory import make_backend
+from llmbench.cli.console import RunProgress
+from llmbench.config.schema import RunConfig
+from llmbench.run.result_files import write_atomic
+from llmbench.run.runner import RunResult, run_benchmark
+
+
+@dataclass
+class StudyResult:
+    out_dir: Path
+    data: dict[str, Any]  # the study's JSON content
+    interrupted: bool = False
+
+
+def run_point(
+    config: RunConfig, config_path: Path, run_dir: Path, progress: RunProgress | None, error: type[Exception]
+) -> RunResult:
+    """One run of the study; model settings the backend cannot use (preset, path, device) raise `error`
+    naming the config file."""
+    try:
+        backend = make_backend(config)
+    except ValueError as e:
+        raise error(f"{config_path.name}: {e}") from None
+    return run_benchmark(config, run_dir, backend=backend, progress=progress)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
