@@ -41,6 +41,16 @@ class LengthConfig:
 
 
 @dataclass
+class RampUpConfig:
+    """The offered rate climbs from start_rate to the arrival's rate over duration_s seconds, then stays
+    there (llmbench/run/ramp.py): linear, or exponential (start_rate x (rate/start_rate)^(t/duration_s))."""
+
+    strategy: Literal["linear", "exponential"] = "linear"
+    start_rate: float = bounded(1.0, gt=0)  # requests per second at t = 0
+    duration_s: float = bounded(60.0, gt=0)
+
+
+@dataclass
 class ArrivalConfig:
     """When requests are submitted. gamma follows vLLM: shape = burstiness, scale = 1/(rate*burstiness);
     burstiness 1 is Poisson, below 1 burstier, above 1 more regular."""
@@ -48,6 +58,13 @@ class ArrivalConfig:
     process: Literal["inf", "constant", "poisson", "gamma"] = "inf"
     rate: float = bounded(1.0, gt=0)  # requests per second
     burstiness: float = bounded(1.0, gt=0)
+    ramp_up: RampUpConfig | None = None  # null: the rate from the first request on
+
+    def __post_init__(self) -> None:
+        if self.ramp_up is not None and self.process == "inf":
+            raise ConfigError(
+                "ramp_up", "a ramp needs an arrival process with a rate (constant, poisson, gamma)"
+            )
 
 
 @dataclass

@@ -24,6 +24,7 @@ def new_record(
         prompt_token_ids=list(request.prompt_token_ids) if save_tokens else None,
         output_token_ids=[] if save_tokens else None,
         prompt=request.prompt if save_tokens else None,
+        offered_rate=request.offered_rate,
     )
 
 

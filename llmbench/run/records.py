@@ -37,6 +37,7 @@ class RequestRecord:
     prompt: str | None = None  # a dataset prompt's text (with save_tokens)
     # the engine's own times for the request when the server is ours (llmbench serve), run-relative
     server_timestamps: dict[str, Any] | None = None
+    offered_rate: float | None = None  # under a ramp-up: the rate offered when it arrived
 
     @property
     def succeeded(self) -> bool:
@@ -48,8 +49,9 @@ class RequestRecord:
         data = self.fields_dict()
         if not save_tokens:
             del data["prompt_token_ids"], data["output_token_ids"], data["prompt"]
-        if data["server_timestamps"] is None:  # only a served run has them
-            del data["server_timestamps"]
+        for key in _ONLY_WHEN_SET:
+            if data[key] is None:
+                del data[key]
         return _ROW_ENCODER.encode(data).decode()
 
     def fields_dict(self) -> dict[str, Any]:
@@ -62,6 +64,8 @@ class RequestRecord:
 
 
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
+# keys only some runs have (a served run's timestamps, a ramp's rate): rows of other runs leave them out
+_ONLY_WHEN_SET = ("server_timestamps", "offered_rate")
 
 
 def load_requests(run_dir: str | Path) -> list[RequestRecord]:

@@ -16,6 +16,7 @@ import numpy as np
 
 from llmbench.backends.base import ModelInfo
 from llmbench.config.schema import ArrivalConfig, LengthConfig, RunConfig
+from llmbench.run.ramp import offered_rates, ramped_times
 
 # stream ids: one random generator per purpose
 _INPUT, _OUTPUT, _TOKENS, _ARRIVAL, _PREFIX, _DATASET = range(6)
@@ -32,6 +33,7 @@ class WorkloadRequest:
     prompt_token_ids: list[int]
     output_len: int
     prompt: str | None = None  # the dataset's prompt text, when the prompt came from one
+    offered_rate: float | None = None  # under a ramp-up: the rate it offered at arrival_time
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,11 @@ def build_workload(config: RunConfig, info: ModelInfo, trial: int = 0) -> Worklo
     rest = dataset[wl.num_requests :] if dataset is not None else None
     warmup = _requests(config, info, wl.warmup_requests, 1, rest, prefixes, "warmup-")
     times = arrival_times(wl.arrival, wl.num_requests, _rng(wl.seed, 0, _ARRIVAL))
-    timed = [dataclasses.replace(r, arrival_time=float(t)) for r, t in zip(timed, times, strict=True)]
+    rates = offered_rates(wl.arrival, times)
+    timed = [
+        dataclasses.replace(r, arrival_time=float(t), offered_rate=rate)
+        for r, t, rate in zip(timed, times, rates, strict=True)
+    ]
     _check_fits(timed + warmup, info)
     return Workload(warmup=warmup, requests=timed)
 
@@ -73,7 +79,8 @@ def arrival_times(arrival: ArrivalConfig, n: int, rng: np.random.Generator) -> n
     else:
         b = arrival.burstiness
         gaps = rng.gamma(shape=b, scale=1.0 / (arrival.rate * b), size=n - 1)
-    return np.concatenate([[0.0], np.cumsum(gaps)])
+    times = np.concatenate([[0.0], np.cumsum(gaps)])
+    return ramped_times(arrival.ramp_up, arrival.rate, times) if arrival.ramp_up else times
 
 
 def sample_lengths(spec: LengthConfig, n: int, rng: np.random.Generator) -> list[int]:
