@@ -12,7 +12,8 @@ from llmbench.engine.request import SamplingParams
 # Slotted, as SamplingParams: every step reads each running sequence's entry and parameters, and after
 # a wait for the GPU those reads come from cold caches. Slots keep an object's fields in the object, one
 # memory block instead of two (the instance and its __dict__). On the H200 host the null executor's
-# step after 9 ms forwards fell by 7.5-13.5% in three interleaved pairs (results/h200/slotted_entries/).
+# step after 9 ms forwards fell by 7.5-13.5% in three interleaved pairs
+# (docs/measurements/h200/slotted_entries/).
 @dataclass(slots=True)
 class ScheduledSeq:
     """One sequence's part of a step. The scheduler refills each sequence's two entries in turn, so

@@ -4,7 +4,7 @@ batch holds the same tables step after step, and gains a block in one of every b
 
 The per-step bookkeeping is in Python's builtins on lists, not numpy: on a host whose caches a
 forward's wait has left cold, a numpy call on a few hundred ints costs 15-35 us, a builtin's pass over
-them 7-17 (results/cpu/lean_decode_inputs/call_costs.json)."""
+them 7-17 (docs/measurements/cpu/lean_decode_inputs/call_costs.json)."""
 
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ class EngineConfig:
     cuda_graphs: bool = False
     # a decode batch runs padded to the smallest size holding it: past 16 rows one every 16, since from
     # about 128 rows the matmuls cost in proportion to their rows, padding included (a ShareGPT-like
-    # batch of 130 ran as 256 with sizes in powers of two; results/h200/graph_sizes/)
+    # batch of 130 ran as 256 with sizes in powers of two; docs/measurements/h200/graph_sizes/)
     cuda_graph_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, *range(16, 257, 16)])
     attention_backend: str = "auto"  # auto: triton on cuda, torch on cpu
     # sdpa: a step's sequences with no cached prefix (chunk at position 0) attend to their own K/V through

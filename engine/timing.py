@@ -98,7 +98,7 @@ class GpuTimer:
     time it fired at; afterwards t(event) = anchor_host + elapsed(anchor, event).
 
     A CUDA call costs a GPU host several us, and the first one after a stretch of Python several
-    times that (results/h200/call_costs.json). So a step records its two events, and the times are
+    times that (docs/measurements/h200/call_costs.json). So a step records its two events, and the times are
     read every RESOLVE_EVERY steps (or when drained) in one pass: events on one stream fire in order,
     so one query of the newest that has fired answers for every span before it."""
 

@@ -23,14 +23,15 @@ from llmbench.kernels.pdl import wait_for_previous_kernel
 LOG2E = 1.4426950408889634
 MIN_PARTITION = 128  # tokens: below this a split costs more in merging than it gains in parallelism
 PROGRAMS_PER_SM = 4  # decode programs that run concurrently on one multiprocessor (one full wave)
-# launch parameters, tuned on an H200 for Llama-3-8B heads (see results/h200/kernels.json)
+# launch parameters, tuned on an H200 for Llama-3-8B heads (see docs/measurements/h200/kernels.json)
 DECODE_LAUNCH = {"block_n": 64, "num_warps": 4, "num_stages": 3}
 # A grid of at least MANY_PROGRAMS_PER_SM programs per multiprocessor (256 sequences of 8 KV heads on an
 # H200: 15.5) takes smaller tiles, a third of the shared memory a program, so more of them stay resident.
-# Measured in the engine's 32-layer graph (results/h200/decode_layer_probe.json, decode_launch_choice.json):
+# Measured in the engine's 32-layer graph (docs/measurements/h200/decode_layer_probe.json,
+# decode_launch_choice.json):
 # at 256 sequences 3-10% faster at contexts of 256-512 tokens, as fast at 1024; at 192 (11.6 a
 # multiprocessor) 5-10% slower, at 128 mixed, at 64 and below slower. The throughput workload, at 256
-# sequences, gained 0.9% in three interleaved pairs (results/h200/throughput_ab/).
+# sequences, gained 0.9% in three interleaved pairs (docs/measurements/h200/throughput_ab/).
 DECODE_LAUNCH_MANY = {"block_n": 32, "num_warps": 2, "num_stages": 2}
 MANY_PROGRAMS_PER_SM = 15
 

@@ -10,7 +10,8 @@ contiguous and any mix of lengths (cuDNN through SDPA needs a call, and an execu
 Why a library kernel: on the H200 it beat our paged Triton kernel on chunks after a cached prefix by
 1.30-1.33x (B=8 new=512 cached=1536: 249-254 us against 330) and 1.25-1.30x (B=2 new=2048 cached=2048),
 and cuDNN by 1.1x on a long fresh prompt (B=1 new=8192: 921-925 us, 595 TFLOP/s, against 1,025-1,043),
-while cuDNN stays 1.2-1.6x faster on fresh prompts of 256-512 tokens (results/h200/flash4_prefill.json).
+while cuDNN stays 1.2-1.6x faster on fresh prompts of 256-512 tokens
+(docs/measurements/h200/flash4_prefill.json).
 Each kind of call compiles once, ~3 s (compile_variants)."""
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def compile_variants(k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: in
     part of the key comes from the call: whether the longest chunk fits one tile of query rows, and
     whether more than 256 sequences take part. Each first occurrence costs ~3 s: on the H200 the
     throughput workload's first trial stalled for it, 11.05 s against 2.81 for the next two
-    (results/h200/throughput_flash_compile_stall.json)."""
+    (docs/measurements/h200/throughput_flash_compile_stall.json)."""
     from flash_attn.cute.interface import BIN_BATCH_SEARCH_THRESH  # the package's lookup-aid threshold
 
     _, block_size, num_kv_heads, head_dim = k_cache.shape

@@ -136,7 +136,7 @@ def _gemv_kernel(
 def launch_config(block_m: int, k: int) -> tuple[int, int, int]:
     """(BLOCK_N, BLOCK_K, num_warps): few rows a program, long runs of K. On an H200 at one row, with
     dependent launches, 4 x 1024 by 4 warps was the best or within 1.1 us of it on every Llama-3-8B
-    matmul, 16 x 512 (the earlier choice) 1-7 us slower (results/h200/gemv_sweep.json)."""
+    matmul, 16 x 512 (the earlier choice) 1-7 us slower (docs/measurements/h200/gemv_sweep.json)."""
     # up to 64 accumulators a thread past one row: more rows shorten the K run, not the row tile
     block_k = max(16, 1024 // max(1, block_m // 2))
     return 4, min(block_k, triton.next_power_of_2(k)), 4

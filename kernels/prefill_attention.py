@@ -5,7 +5,7 @@ the sequence's whole cached K/V, a cached prefix and earlier chunks included, an
 Most of a long context's keys come before a query block's first query: their whole tiles run without
 masks, and programs start with the query blocks that see the most keys. On an H200 that took B=1 new=8192
 from 1,621-1,634 to 1,278-1,280 us, B=4 new=2048 from 472 to 373, B=8 new=512 cached=1536 from 391 to
-328, and left chunks of 128-256 tokens as they were (results/h200/prefill_kernel_ab.json)."""
+328, and left chunks of 128-256 tokens as they were (docs/measurements/h200/prefill_kernel_ab.json)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from llmbench.kernels.pdl import wait_for_previous_kernel
 # all, instead of one query head per program. Grouped, in larger tiles, is faster where a query attends
 # to many keys: 4.6-9.6% from 2,048 tokens of context (a long prompt, or a chunk after a cached prefix),
 # and 9-19% slower on chunks of 128-512 tokens with nothing cached
-# (results/h200/prefill_launch_sweep_grouped.json). The batch's longest context, the block table's
+# (docs/measurements/h200/prefill_launch_sweep_grouped.json). The batch's longest context, the block table's
 # width, chooses without reading the device.
 PREFILL_LAUNCH = {"grouped": False, "block_m": 64, "block_n": 32, "num_warps": 4, "num_stages": 2}
 PREFILL_LAUNCH_LONG = {"grouped": True, "block_m": 64, "block_n": 64, "num_warps": 8, "num_stages": 3}

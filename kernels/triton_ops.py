@@ -15,7 +15,7 @@ from llmbench.kernels.rope import rope_and_write_kv, rotary_embedding
 # A one-row linear layer is a weight-streaming GEMV. On the H200, at one row and with dependent launches,
 # it beats cuBLAS on every Llama-3-8B matmul: QKV 15.8 vs 16.7 us, O 10.0 vs 12.9, gate-up with its
 # activation fused 57.3 vs 62.4 (cuBLAS plus the activation kernel), down 30.6 vs 32.0, LM head 240 vs
-# 242 (results/h200/gemv_sweep.json). From two rows on cuBLAS's tiles win (decode_bs1.json).
+# 242 (docs/measurements/h200/gemv_sweep.json). From two rows on cuBLAS's tiles win (decode_bs1.json).
 GEMV_MAX_TOKENS = 1
 
 __all__ = [

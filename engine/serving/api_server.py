@@ -1,7 +1,7 @@
 """`llmbench serve`: an OpenAI-compatible HTTP server over the bundled engine, on FastAPI + uvicorn (the
 stack vLLM's API server runs, with uvloop and httptools as there, so the API-server cost measured here is
 representative of it: 10-14 us of server CPU per streamed token, split, on the 2-core CPU:
-scripts/serving_cpu.py).
+benchmarks/serving_cpu.py).
 
 POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; GET /v1/models, /health (503 once
 the engine is gone), /metrics (Prometheus text). Every bad request is a 4xx with OpenAI's error body."""
@@ -218,7 +218,7 @@ def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000) -> No
     sock = bind_socket(host, port)
     state = ServerState(config)
     # the server's own garbage collection over 512 streams of 256 tokens on the 2-core CPU: 0.8-1.0 s
-    # (gen-2 collections of backlogged outputs, 40% of its CPU) -> 0.2 s (scripts/serving_cpu.py)
+    # (gen-2 collections of backlogged outputs, 40% of its CPU) -> 0.2 s (benchmarks/serving_cpu.py)
     freeze_heap()
     logger.info("serving %s on http://%s:%d/v1", state.model, host, sock.getsockname()[1])
     make_server(build_app(state), "info").run(sockets=[sock])

@@ -5,7 +5,7 @@ characters split over tokens and byte-fallback tokens.
 How: HF tokenizers' DecodeStream (>= 0.21; vLLM's offsets in Rust: a short window of recent ids decoded
 up to the last emitted token and up to the newest, the difference the new text, nothing while the window
 ends inside a character): 1.0-1.5 us a token where our Python doing the same with two decodes took
-3.0-3.7 (synthetic llama3-8b BPE, scripts/detokenize_cost.py). The ids it still holds at the end decode
+3.0-3.7 (synthetic llama3-8b BPE, benchmarks/detokenize_cost.py). The ids it still holds at the end decode
 here, the same way, with U+FFFD for an unfinished character. With stop strings, text is also held
 while its tail could still become the start of one."""
 
