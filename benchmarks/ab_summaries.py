@@ -5,6 +5,9 @@ its prefill steps too), the medians of its steady decode steps from steps.csv: t
 run's largest decode batch and no prompt token.
 
     python benchmarks/ab_summaries.py runs/h200/ab_runs runs/h200/ab.json
+
+Reads run directories only: takes seconds. Writes the JSON file named (FILE); the published ones are
+docs/measurements/h200/graph_sizes/*.json and docs/measurements/h200/throughput_ab/decode_launch_ab.json.
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@ server` run (the per-request join gives each request's engine-side t_queued): me
 first and the last request were admitted after the first submit, and the output throughput. Written to
 one JSON file with this command and each run's own.
 
-    python benchmarks/admission_ramp.py runs/cpu/client_admission.json LABEL=RUN_DIR [LABEL=RUN_DIR ...]"""
+    python benchmarks/admission_ramp.py runs/cpu/admission_ramp.json LABEL=RUN_DIR [LABEL=RUN_DIR ...]
+
+Reads run directories only: takes seconds. Writes OUT.json; the published one is
+docs/measurements/cpu/admission_ramp.json."""
 
 from __future__ import annotations
 

@@ -5,7 +5,10 @@ the same random weights and the same mixed requests.
 
 bf16 rounding differs between the two (fused kernels, other reduction orders), so two near-tied logits
 can swap and the sequences part from there: the report gives, per request, the first position where the
-outputs differ (null when identical), and the fraction of all output positions that agree."""
+outputs differ (null when identical), and the fraction of all output positions that agree.
+
+Takes under two minutes on an H200 (benchmarks/h200_measure.sh gives it 120 s). Writes --out FILE; the
+published one is docs/measurements/h200/agreement.json."""
 
 from __future__ import annotations
 

@@ -21,7 +21,11 @@ cache cost the H200 host pays (its null executor steps take 2x as long after a 9
     python benchmarks/cpu_overhead.py --evict-mb 64 --out runs/cpu/cpu_overhead_evict64.json
 With --distinct each sequence has a prompt of its own and sampling parameters of its own, as a
 benchmark's requests do, instead of sharing one of each (and, through the prefix cache, the prompt's
-blocks)."""
+blocks).
+
+Takes about 10 s on the 2-core CPU (9 s at a load average of 18); --gpu adds a model load and warm-up.
+Writes --out FILE (without it, prints only); the published ones are docs/measurements/cpu/cpu_overhead.json
+and docs/measurements/h200/cpu_overhead.json."""
 
 import argparse
 import json

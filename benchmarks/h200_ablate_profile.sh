@@ -2,6 +2,8 @@
 # The H200 ablation of the decode-heavy load and its two nsys profiles, everything off and everything
 # on, in one device call. Writes a tarball of the small result files and the logs to $1 (default $OUT).
 #   source .device/setup.sh && bash benchmarks/h200_ablate_profile.sh "$OUT"
+# Takes at most about 9 minutes on an H200 (the timeouts below). Writes a tarball into DIR; the published
+# files are docs/measurements/h200/ablation.json, profile_all_off.json and profile_all_on.json.
 set -u
 out=${1:-$OUT}
 work=/tmp/h200-ablate-profile

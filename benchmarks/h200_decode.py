@@ -6,7 +6,10 @@ Measures the device-to-device copy bandwidth (the ceiling), each of the model's 
 cuBLAS (x @ w.T) and through the engine's Triton GEMV (kernels/gemv.py), then decodes one request through
 the bundled engine with CUDA graphs (one and eight scheduler steps, with and without async output) and
 eagerly: wall time and GPU time (step CUDA events) per output token, the GPU time of one graph replay, and
-the eager kernel breakdown. The roofline step time is the weight bytes over the copy bandwidth."""
+the eager kernel breakdown. The roofline step time is the weight bytes over the copy bandwidth.
+
+Takes under 150 s on an H200 (benchmarks/h200_measure.sh's timeout for it). Writes --out FILE; the
+published ones are docs/measurements/h200/decode_bs1.json and decode_bs1_no_pdl.json (--no-pdl)."""
 
 from __future__ import annotations
 

@@ -4,6 +4,9 @@
 # first chunk, then one after a 4,096-token cached prefix). Each run's summary.json, which holds its
 # command, is copied to OUT_DIR/<workload>_<mode>.json.
 #   bash benchmarks/h200_flash_prefill_ab.sh OUT_DIR
+# Takes five `llmbench run --repeat 3` on an H200, each a model load and three trials (the flash runs
+# compile their kernels at start). Writes OUT_DIR/<workload>_<mode>.json; the published files are in
+# docs/measurements/h200/flash_ab/.
 set -u
 out=$1
 long=(--set workload.num_requests=16 --set workload.warmup_requests=2 --set workload.input.mean=8000

@@ -3,6 +3,8 @@
 # the throughput workload on the bundled engine and on HF generate, greedy agreement of the Triton and
 # torch backends, the CUDA-graph tests. Results land in $1 (default runs/h200); a table is printed last.
 #   bash benchmarks/h200_measure.sh runs/h200
+# Takes at most about 10 minutes on an H200 (the timeouts below). Writes into DIR (default runs/h200);
+# the published files are in docs/measurements/h200/.
 set -u
 out=${1:-runs/h200}
 mkdir -p "$out"

@@ -4,6 +4,8 @@
 # overlap_latency.json, ablation-cpu-overhead.json and the logs to $1 (default $OUT); copy the JSON to
 # runs/h200/.
 #   source .device/setup.sh && bash benchmarks/h200_overlap.sh "$OUT"
+# Takes at most about 10 minutes on an H200 (the timeouts below). Writes into DIR; the published files are
+# docs/measurements/h200/overlap_latency.json and ablation-cpu-overhead.json.
 set -u
 out=${1:-$OUT}
 work=/tmp/h200-overlap

@@ -7,6 +7,8 @@
 # Writes sampling_drain.json (median and per-trial tok/s, GPU busy, readback wait) and the logs to $1.
 #   source .device/setup.sh && BEFORE_DIR=.baseline bash benchmarks/h200_sampling_drain.sh "$OUT"
 # On a CPU, for a smoke test: CONFIG=configs/ci.yaml bash benchmarks/h200_sampling_drain.sh /tmp/out
+# Takes three `llmbench run --repeat 3` of at most 170 s each on an H200. Writes DIR/sampling_drain.json;
+# the published one is docs/measurements/h200/sampling_drain.json.
 set -u
 out=${1:-$OUT}
 before=${BEFORE:-b5d1921}

@@ -8,7 +8,10 @@ the usual step-span union (gpu_busy_step_spans). Beside it, the server's /metric
 llmbench:step_gpu_ms is read before the first and after the last timed trial, and every variant
 gets that comparable figure too: step GPU ms summed over the timed trials / their duration.
 
-    python benchmarks/h200_serving.py runs/h200 [--repeat 3] [--set key=value ...]"""
+    python benchmarks/h200_serving.py runs/h200 [--repeat 3] [--set key=value ...]
+
+Takes 4-6 minutes on an H200 with --repeat 3 (benchmarks/h200_serving.sh runs it so). Writes
+OUT_DIR/serving.json; the published one is docs/measurements/h200/serving.json."""
 
 from __future__ import annotations
 

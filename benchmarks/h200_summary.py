@@ -1,14 +1,16 @@
-"""Fold the H200 result files into runs/h200/summary.json and print the table: every target with its
+"""Fold the H200 result files into DIR/summary.json and print the table: every target with its
 measured value and a `met` flag, every figure taken from the file named beside it (nothing typed in by
 hand). A file that is missing leaves its targets "not measured" (met: null) rather than failing.
 
-    python benchmarks/h200_summary.py runs/h200
+    python benchmarks/h200_summary.py docs/measurements/h200
 
 The files come from bash benchmarks/h200_measure.sh (decode_bs1, throughput_bundled/_hf, agreement, kernels
 via llmbench kernels), bash benchmarks/h200_ablate_profile.sh (ablation, profile_all_off/_on), bash
 benchmarks/h200_serving.sh (serving), bash benchmarks/h200_sampling_drain.sh (sampling_drain), and the
 commands recorded in the others (cpu_overhead, overlap_latency, the ablations); throughput_bound.json is
-the summary.json of `llmbench run configs/llama3-8b-throughput.yaml --repeat 3`."""
+the summary.json of `llmbench run configs/llama3-8b-throughput.yaml --repeat 3`.
+
+Takes seconds. Writes DIR/summary.json (default DIR: docs/measurements/h200)."""
 
 from __future__ import annotations
 
@@ -274,7 +276,7 @@ def reported(files: Files) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/h200")
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/measurements/h200")
     files = Files(out)
     targets = (
         decode_targets(files)

@@ -9,6 +9,9 @@ each round's last 100 steps.
 
     python benchmarks/host_after_pause.py runs/cpu/host_after_pause.json
     python benchmarks/host_after_pause.py runs/h200/host_after_pause.json   (on the H200 host)
+
+Takes under a minute on the 2-core CPU (27 s at a load average of 18). Writes OUT.json; the published
+ones are docs/measurements/cpu/host_after_pause.json and docs/measurements/h200/host_after_pause.json.
 """
 
 from __future__ import annotations

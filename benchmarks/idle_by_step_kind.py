@@ -5,7 +5,10 @@ decode (decodes only, the run's largest batch), a prefill (some prompt tokens), 
 batch of decodes: admission ramps and the last steps). Per kind: steps, idle ms, and idle ms per
 phase, summed over the runs' trials.
 
-    python benchmarks/idle_by_step_kind.py OUT.json RUN_DIR [RUN_DIR ...]"""
+    python benchmarks/idle_by_step_kind.py OUT.json RUN_DIR [RUN_DIR ...]
+
+Reads run directories only: takes seconds. Writes OUT.json; the published one is
+docs/measurements/h200/idle_by_step_kind_4fc1970.json."""
 
 from __future__ import annotations
 

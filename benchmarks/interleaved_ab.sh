@@ -6,6 +6,7 @@
 # checkout's files are put back as they were at the end.
 #   bash benchmarks/interleaved_ab.sh ab/A ab/B 3 runs/h200/slotted_entries -- \
 #       python benchmarks/cpu_overhead.py --forward-ms 9 --out {out}.json
+# Takes the command's time 2 x ROUNDS. Writes what the command writes, into OUT_DIR.
 set -euo pipefail
 if [ $# -lt 6 ] || [ "$5" != "--" ]; then
     echo "usage: $0 VERSION_A VERSION_B ROUNDS OUT_DIR -- COMMAND (with {out})" >&2

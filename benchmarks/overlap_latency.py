@@ -5,7 +5,12 @@ median TPOT and median ITL (gaps between distinct token arrivals, as llmbench's 
 an arrival being the return of the engine step that handed the token out), their ratio, and the
 median host ms per step and per forward from the step records.
     python benchmarks/overlap_latency.py --gpu --out runs/h200/overlap_latency.json
-    python benchmarks/overlap_latency.py --null --out runs/cpu/overlap_modes_null.json"""
+    python benchmarks/overlap_latency.py --null --out runs/cpu/overlap_modes_null.json
+
+Takes about 10 s with --null and about 30 s for the tiny model at --batches 1,16 on the 2-core CPU (at a
+load average of 17); --gpu adds a model load per mode. Writes --out FILE; the published ones are
+docs/measurements/cpu/overlap_modes_null.json, docs/measurements/cpu/overlap_latency_tiny.json and
+docs/measurements/h200/overlap_latency.json."""
 
 import argparse
 import json

@@ -3,6 +3,9 @@ then set to 1), to show that the CPU numbers come from hardware.cpu_threads and 
 each run's output throughput goes to runs/cpu/quickstart_stability.json with the machine's load.
 
     python3 benchmarks/quickstart_stability.py [--runs 5] [--out runs/cpu/quickstart_stability.json]
+
+Takes about two minutes on the 2-core CPU (111 s at a load average of 17). Writes --out FILE (default
+runs/quickstart_stability.json); the published one is docs/measurements/cpu/quickstart_stability.json.
 """
 
 from __future__ import annotations

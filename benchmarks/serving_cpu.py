@@ -12,7 +12,10 @@ To compare trees (say two `git worktree`s), --trees LABEL=DIR ... measures each 
 interleaved (run 1 of every tree, then run 2, ...), each run this script on that tree's packages, and
 writes every run's rows with each tree's commit:
 
-    OMP_NUM_THREADS=1 python benchmarks/serving_cpu.py OUT.json --trees before=DIR after=DIR --runs 3"""
+    OMP_NUM_THREADS=1 python benchmarks/serving_cpu.py OUT.json --trees before=DIR after=DIR --runs 3
+
+Takes about 25 s a run on the 2-core CPU (23 s at a load average of 13); with --trees, that times the
+trees times --runs. Writes OUT.json; the published ones are docs/measurements/cpu/serving_cpu_trees_*.json."""
 
 from __future__ import annotations
 

@@ -5,6 +5,9 @@ rank functions and compare hosts; the step times of benchmarks/cpu_overhead.py a
 
     python benchmarks/steady_decode_profile.py runs/cpu/steady_decode_profile.json
     python benchmarks/steady_decode_profile.py --gpu runs/h200/steady_decode_profile.json
+
+Takes about 10 s on the 2-core CPU; --gpu adds a model load. Writes OUT.json; the published ones are
+docs/measurements/cpu/steady_decode_profile.json and docs/measurements/h200/steady_decode_profile*.json.
 """
 
 from __future__ import annotations
