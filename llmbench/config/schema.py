@@ -20,6 +20,7 @@ from llmbench.engine.config import ConfigError, EngineConfig, ModelConfig
 # far beyond a useful run, far below what the workload's arrays could allocate
 MAX_REQUESTS = 1_000_000
 MAX_TOKENS = 1 << 30  # a length bound numpy's integer sampling can take
+TRACE_DATASETS = ("mooncake", "burstgpt")
 
 
 @dataclass
@@ -70,16 +71,18 @@ class ArrivalConfig:
 @dataclass
 class DatasetConfig:
     """Where prompt tokens come from. sharegpt: a JSON list of {"conversations": [{"from": "human",
-    "value": ...}, {"from": "gpt", "value": ...}]} tokenized with a tokenizer.json."""
+    "value": ...}, {"from": "gpt", "value": ...}]} tokenized with a tokenizer.json. mooncake, burstgpt:
+    a request trace replayed at its own times (llmbench/run/traces.py)."""
 
-    type: Literal["synthetic", "sharegpt"] = "synthetic"
+    type: Literal["synthetic", "sharegpt", "mooncake", "burstgpt"] = "synthetic"
     path: str | None = None
     tokenizer: str | None = None  # defaults to model.tokenizer, then <model.path>/tokenizer.json
     output_lengths_from_dataset: bool = True  # False: workload.output sets the output lengths
+    speed: float = bounded(1.0, gt=0)  # a trace: its times are divided by this (2: twice as fast)
 
     def __post_init__(self) -> None:
-        if self.type == "sharegpt" and self.path is None:
-            raise ConfigError("path", "a sharegpt dataset needs a path")
+        if self.type != "synthetic" and self.path is None:
+            raise ConfigError("path", f"a {self.type} dataset needs a path")
 
 
 @dataclass
@@ -111,6 +114,13 @@ class WorkloadConfig:
     ignore_eos: bool = True  # benchmarks want the requested output lengths, not the model's whims
     # a request unfinished this long after its submit is aborted and counted as failed
     request_timeout_s: float | None = bounded(None, gt=0)
+
+    def __post_init__(self) -> None:
+        if self.dataset.type in TRACE_DATASETS:
+            if self.prefix.groups:
+                raise ConfigError("prefix.groups", "a trace's rows make the prompts: no shared prefix groups")
+            if self.arrival.ramp_up is not None:
+                raise ConfigError("arrival.ramp_up", "a trace is replayed at its own times: no ramp")
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from llmbench.backends.base import ModelInfo
-from llmbench.config.schema import ArrivalConfig, LengthConfig, RunConfig
+from llmbench.config.schema import TRACE_DATASETS, ArrivalConfig, LengthConfig, RunConfig
 from llmbench.run.ramp import offered_rates, ramped_times
 
 # stream ids: one random generator per purpose
@@ -48,6 +48,10 @@ def build_workload(config: RunConfig, info: ModelInfo, trial: int = 0) -> Worklo
     seeded = dataclasses.replace(config.workload, seed=config.workload.seed + trial)
     config = dataclasses.replace(config, workload=seeded)
     wl = config.workload
+    if wl.dataset.type in TRACE_DATASETS:
+        from llmbench.run.trace_workload import trace_workload  # it builds on this module's helpers
+
+        return trace_workload(config, info)
     dataset = _load_sharegpt(config, info) if wl.dataset.type == "sharegpt" else None
     if dataset is not None and len(dataset) < wl.num_requests + wl.warmup_requests:
         raise WorkloadError(
