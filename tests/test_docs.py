@@ -143,3 +143,21 @@ def cited_paths(page: Path) -> list[tuple[str, Path]]:
 def test_every_file_a_page_cites_exists(page):
     missing = [written for written, path in cited_paths(page) if not path.exists()]
     assert not missing, f"{page.relative_to(ROOT)} cites files that do not exist: {missing}"
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces to hyphens."""
+    headings = re.findall(r"^#+ (.+)$", FENCE.sub("", page.read_text()), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_section_a_page_links_to_exists(page):
+    broken = []
+    for target in LINK.findall(FENCE.sub("", page.read_text())):
+        path, _, anchor = target.partition("#")
+        if anchor and not re.match(r"[a-z]+:", path):
+            linked = (page.parent / path).resolve() if path else page
+            if linked.suffix == ".md" and linked.is_file() and anchor not in anchors(linked):
+                broken.append(target)
+    assert not broken, f"{page.relative_to(ROOT)} links to sections that do not exist: {broken}"
