@@ -48,7 +48,11 @@ class RampUpConfig:
 
     strategy: Literal["linear", "exponential"] = "linear"
     start_rate: float = bounded(1.0, gt=0)  # requests per second at t = 0
-    duration_s: float = bounded(60.0, gt=0)
+    duration_s: float = bounded(0.0, ge=0)  # 0: no ramp, the rate from the first request on
+
+    @property
+    def on(self) -> bool:
+        return self.duration_s > 0
 
 
 @dataclass
@@ -59,10 +63,10 @@ class ArrivalConfig:
     process: Literal["inf", "constant", "poisson", "gamma"] = "inf"
     rate: float = bounded(1.0, gt=0)  # requests per second
     burstiness: float = bounded(1.0, gt=0)
-    ramp_up: RampUpConfig | None = None  # null: the rate from the first request on
+    ramp_up: RampUpConfig = field(default_factory=RampUpConfig)
 
     def __post_init__(self) -> None:
-        if self.ramp_up is not None and self.process == "inf":
+        if self.ramp_up.on and self.process == "inf":
             raise ConfigError(
                 "ramp_up", "a ramp needs an arrival process with a rate (constant, poisson, gamma)"
             )
@@ -119,7 +123,7 @@ class WorkloadConfig:
         if self.dataset.type in TRACE_DATASETS:
             if self.prefix.groups:
                 raise ConfigError("prefix.groups", "a trace's rows make the prompts: no shared prefix groups")
-            if self.arrival.ramp_up is not None:
+            if self.arrival.ramp_up.on:
                 raise ConfigError("arrival.ramp_up", "a trace is replayed at its own times: no ramp")
 
 

@@ -43,7 +43,7 @@ def cumulative(ramp: RampUpConfig, target: float, t: float) -> float:
 
 def offered_rates(arrival: ArrivalConfig, times: np.ndarray) -> list[float | None]:
     """Each request's offered rate at its arrival under the arrival's ramp; None without one."""
-    if arrival.ramp_up is None:
+    if not arrival.ramp_up.on:
         return [None] * len(times)
     return [offered_rate(arrival.ramp_up, arrival.rate, float(t)) for t in times]
 

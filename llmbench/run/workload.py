@@ -84,7 +84,7 @@ def arrival_times(arrival: ArrivalConfig, n: int, rng: np.random.Generator) -> n
         b = arrival.burstiness
         gaps = rng.gamma(shape=b, scale=1.0 / (arrival.rate * b), size=n - 1)
     times = np.concatenate([[0.0], np.cumsum(gaps)])
-    return ramped_times(arrival.ramp_up, arrival.rate, times) if arrival.ramp_up else times
+    return ramped_times(arrival.ramp_up, arrival.rate, times) if arrival.ramp_up.on else times
 
 
 def sample_lengths(spec: LengthConfig, n: int, rng: np.random.Generator) -> list[int]:

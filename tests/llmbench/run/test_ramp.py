@@ -75,7 +75,7 @@ def test_a_ramp_needs_a_rate():
     with pytest.raises(
         ConfigError, match="workload.arrival.ramp_up: a ramp needs an arrival process with a rate"
     ):
-        parse_config({"workload": {"arrival": {"process": "inf", "ramp_up": {"start_rate": 1}}}})
+        parse_config({"workload": {"arrival": {"process": "inf", "ramp_up": {"duration_s": 10}}}})
     with pytest.raises(
         ConfigError, match="workload.arrival.ramp_up.strategy: expected one of linear, exponential"
     ):
@@ -94,3 +94,12 @@ def test_each_request_records_the_rate_offered_when_it_arrived(tmp_path):
     )
     assert timed[0]["offered_rate"] == 50.0 and timed[-1]["offered_rate"] == 200.0
     assert all("offered_rate" not in r for r in rows if r["warmup"])
+
+
+def test_without_a_ramp_the_rows_carry_no_offered_rate(tmp_path):
+    config = parse_config(
+        {**NULL_RUN, "workload": {**NULL_RUN["workload"], "arrival": {"process": "poisson"}}}
+    )
+    assert not config.workload.arrival.ramp_up.on
+    run_benchmark(config, tmp_path / "run")
+    assert "offered_rate" not in (tmp_path / "run" / "requests.jsonl").read_text()

@@ -96,7 +96,7 @@ def test_a_burstgpt_trace_replays_its_lengths_and_times(tmp_path):
 def test_a_trace_takes_no_prefix_groups_no_ramp_and_needs_a_path(mooncake):
     with pytest.raises(ConfigError, match="workload.prefix.groups: a trace's rows make the prompts"):
         trace_config(mooncake, prefix={"groups": 2, "prefix_len": 4})
-    ramp = {"process": "poisson", "ramp_up": {"start_rate": 1}}
+    ramp = {"process": "poisson", "ramp_up": {"duration_s": 10}}
     with pytest.raises(ConfigError, match="workload.arrival.ramp_up: a trace is replayed at its own times"):
         trace_config(mooncake, arrival=ramp)
     with pytest.raises(ConfigError, match="workload.dataset.path: a burstgpt dataset needs a path"):
