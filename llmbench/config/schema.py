@@ -102,6 +102,17 @@ class PrefixConfig:
 
 
 @dataclass
+class SessionConfig:
+    """Multi-turn conversations (llmbench/run/sessions.py): with turns > 1 each of num_requests is a
+    session whose next turn goes when the previous answer finished plus a think time, its prompt the
+    whole history. max_concurrency counts requests in flight, not sessions."""
+
+    turns: int = bounded(1, ge=1, le=1000)  # synthetic: turns per session; sharegpt: the most taken
+    think_time_s: float = bounded(0.0, ge=0)  # the pause after an answer (the mean, if exponential)
+    think_time_dist: Literal["fixed", "exponential"] = "fixed"
+
+
+@dataclass
 class WorkloadConfig:
     num_requests: int = bounded(64, ge=1, le=MAX_REQUESTS)
     warmup_requests: int = bounded(0, ge=0, le=MAX_REQUESTS)  # run first, kept out of the metrics
@@ -112,6 +123,7 @@ class WorkloadConfig:
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     prefix: PrefixConfig = field(default_factory=PrefixConfig)
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
+    session: SessionConfig = field(default_factory=SessionConfig)
     temperature: float = bounded(0.0, ge=0)
     top_p: float = bounded(1.0, gt=0, le=1)  # with temperature > 0: 1 keeps every token
     top_k: int = bounded(0, ge=0)  # with temperature > 0: 0 keeps every token
@@ -125,6 +137,8 @@ class WorkloadConfig:
                 raise ConfigError("prefix.groups", "a trace's rows make the prompts: no shared prefix groups")
             if self.arrival.ramp_up.on:
                 raise ConfigError("arrival.ramp_up", "a trace is replayed at its own times: no ramp")
+            if self.session.turns > 1:
+                raise ConfigError("session.turns", "a trace's rows are single requests: turns must be 1")
 
 
 @dataclass

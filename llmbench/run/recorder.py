@@ -22,9 +22,12 @@ def new_record(
         prompt_len=len(request.prompt_token_ids),
         submit_time=submit_time,
         prompt_token_ids=list(request.prompt_token_ids) if save_tokens else None,
-        output_token_ids=[] if save_tokens else None,
+        # a session's turn keeps its answer: the next turn's prompt holds it
+        output_token_ids=[] if save_tokens or request.turn is not None else None,
         prompt=request.prompt if save_tokens else None,
         offered_rate=request.offered_rate,
+        session=request.session,
+        turn=request.turn,
     )
 
 

@@ -38,6 +38,8 @@ class RequestRecord:
     # the engine's own times for the request when the server is ours (llmbench serve), run-relative
     server_timestamps: dict[str, Any] | None = None
     offered_rate: float | None = None  # under a ramp-up: the rate offered when it arrived
+    session: int | None = None  # a multi-turn session's index, and the turn (1 for the first)
+    turn: int | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -65,7 +67,7 @@ class RequestRecord:
 
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
 # keys only some runs have (a served run's timestamps, a ramp's rate): rows of other runs leave them out
-_ONLY_WHEN_SET = ("server_timestamps", "offered_rate")
+_ONLY_WHEN_SET = ("server_timestamps", "offered_rate", "session", "turn")
 
 
 def load_requests(run_dir: str | Path) -> list[RequestRecord]:

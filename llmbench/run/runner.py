@@ -30,10 +30,12 @@ from llmbench.engine.request import RequestOutput
 from llmbench.metrics.requests import compute_metrics
 from llmbench.metrics.roofline import bound_summary
 from llmbench.metrics.steps import summarize_steps
+from llmbench.metrics.turns import per_turn_metrics
 from llmbench.profiling.window import ProfileWindow, window_from_env
 from llmbench.run.recorder import DeferredOutputs, new_record, sampling_params
 from llmbench.run.records import RequestRecord
 from llmbench.run.result_files import ResultWriter
+from llmbench.run.sessions import Sessions
 from llmbench.run.step_rows import StepRows
 from llmbench.run.summary import build_summary, nothing_completed
 from llmbench.run.workload import Workload, WorkloadRequest, build_workload
@@ -129,6 +131,8 @@ def run_benchmark(
                 | bound_summary(state.steps.rows, config_dict, ceilings, trial_metrics)
                 | run_clocks(clocks),
             )
+            if config.workload.session.turns > 1:
+                summary["turns"] = per_turn_metrics(state.records, config.output.percentiles, config.slo)
             if stopped:
                 summary["stop_reason"] = stopped
             elif interrupted:
@@ -168,16 +172,18 @@ def _run_trials(
 
 
 def _run_phase(
-    state: _RunState, requests: list[WorkloadRequest], trial: int, warmup: bool, label: str
+    state: _RunState, requests: list[WorkloadRequest] | Sessions, trial: int, warmup: bool, label: str
 ) -> None:
     limit = state.config.workload.max_concurrency
     timeout = state.config.workload.request_timeout_s
     save_tokens = state.config.output.save_tokens
     max_error_rate = None if warmup else state.config.output.max_error_rate
     failed = aborted = 0
-    pending = deque(requests)
+    # sessions: a turn's successor is queued when it finishes, its prompt holding this turn's answer
+    sessions = isinstance(requests, Sessions)
+    pending = requests.queue() if sessions else deque(requests)
     live: dict[str, RequestRecord] = {}  # by backend request id
-    deferred = DeferredOutputs(live, state.run_start, state.backend.stamps_outputs, save_tokens)
+    deferred = DeferredOutputs(live, state.run_start, state.backend.stamps_outputs, save_tokens or sessions)
     state.not_started = 0
     if state.progress:
         state.progress.phase(label, len(requests))
@@ -212,6 +218,8 @@ def _run_phase(
             if finished:
                 _finish(state, finished)
                 failed += sum(not record.succeeded for record in finished)
+                if sessions:
+                    pending.finished(finished, arrival - phase_start, release=not save_tokens)
             if timeout is not None:
                 overdue = _abort_overdue(state, deferred, arrival - state.run_start - timeout, timeout)
                 failed += overdue

@@ -11,12 +11,18 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from llmbench.backends.base import ModelInfo
 from llmbench.config.schema import TRACE_DATASETS, ArrivalConfig, LengthConfig, RunConfig
 from llmbench.run.ramp import offered_rates, ramped_times
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+    from llmbench.run.sessions import Sessions
 
 # stream ids: one random generator per purpose
 _INPUT, _OUTPUT, _TOKENS, _ARRIVAL, _PREFIX, _DATASET = range(6)
@@ -34,12 +40,15 @@ class WorkloadRequest:
     output_len: int
     prompt: str | None = None  # the dataset's prompt text, when the prompt came from one
     offered_rate: float | None = None  # under a ramp-up: the rate it offered at arrival_time
+    session: int | None = None  # a multi-turn session's index, and the turn (1 for the first)
+    turn: int | None = None
 
 
 @dataclass(frozen=True)
 class Workload:
-    warmup: list[WorkloadRequest]
-    requests: list[WorkloadRequest]
+    # single requests, or multi-turn sessions whose later turns exist only once earlier ones finished
+    warmup: list[WorkloadRequest] | Sessions
+    requests: list[WorkloadRequest] | Sessions
 
 
 def build_workload(config: RunConfig, info: ModelInfo, trial: int = 0) -> Workload:
@@ -52,6 +61,11 @@ def build_workload(config: RunConfig, info: ModelInfo, trial: int = 0) -> Worklo
         from llmbench.run.trace_workload import trace_workload  # it builds on this module's helpers
 
         return trace_workload(config, info)
+    if wl.session.turns > 1:
+        from llmbench.run.session_plan import session_workload  # it builds on this module's helpers
+
+        starts = arrival_times(wl.arrival, wl.num_requests, _rng(wl.seed, 0, _ARRIVAL))
+        return session_workload(config, info, starts, _prefixes(config, info))
     dataset = _load_sharegpt(config, info) if wl.dataset.type == "sharegpt" else None
     if dataset is not None and len(dataset) < wl.num_requests + wl.warmup_requests:
         raise WorkloadError(
@@ -170,25 +184,8 @@ def _check_lengths(totals: list[int], info: ModelInfo) -> None:
 
 def _load_sharegpt(config: RunConfig, info: ModelInfo) -> list[tuple[list[int], int, str]]:
     """(prompt token ids, output length, prompt text) per usable conversation, in a seeded random order."""
-    from tokenizers import Tokenizer
-
-    tokenizer_path = _tokenizer_path(config)
-    try:
-        tokenizer = Tokenizer.from_file(tokenizer_path)
-    except Exception as e:  # the tokenizers library raises plain Exceptions for unreadable files
-        message = " ".join(str(e).split())[:200]
-        raise WorkloadError(f"workload.dataset.tokenizer: cannot load {tokenizer_path}: {message}") from None
-    path = Path(config.workload.dataset.path).expanduser()
-    try:
-        entries = json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as e:
-        raise WorkloadError(f"workload.dataset.path: cannot read {path} ({e.strerror})") from None
-    except UnicodeDecodeError as e:
-        raise WorkloadError(f"workload.dataset.path: {path} is not UTF-8 text (offset {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise WorkloadError(f"workload.dataset.path: {path} is not JSON ({e.msg}, line {e.lineno})") from None
-    except RecursionError:
-        raise WorkloadError(f"workload.dataset.path: {path} is nested too deeply to parse") from None
+    tokenizer = load_tokenizer(config)
+    entries = read_dataset_json(config)
     pairs = []
     for entry in entries if isinstance(entries, list) else []:
         if not _is_conversation(entry):
@@ -218,6 +215,33 @@ def _is_conversation(entry: object) -> bool:
         and turns[1].get("from") == "gpt"
         and all(isinstance(t.get("value"), str) for t in turns[:2])
     )
+
+
+def load_tokenizer(config: RunConfig) -> Tokenizer:
+    """The dataset's tokenizer (workload.dataset.tokenizer, model.tokenizer or the model's own)."""
+    from tokenizers import Tokenizer
+
+    tokenizer_path = _tokenizer_path(config)
+    try:
+        return Tokenizer.from_file(tokenizer_path)
+    except Exception as e:  # the tokenizers library raises plain Exceptions for unreadable files
+        message = " ".join(str(e).split())[:200]
+        raise WorkloadError(f"workload.dataset.tokenizer: cannot load {tokenizer_path}: {message}") from None
+
+
+def read_dataset_json(config: RunConfig) -> object:
+    """workload.dataset.path's JSON, whatever its shape; what cannot be read is a WorkloadError."""
+    path = Path(config.workload.dataset.path).expanduser()
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise WorkloadError(f"workload.dataset.path: cannot read {path} ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise WorkloadError(f"workload.dataset.path: {path} is not UTF-8 text (offset {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise WorkloadError(f"workload.dataset.path: {path} is not JSON ({e.msg}, line {e.lineno})") from None
+    except RecursionError:
+        raise WorkloadError(f"workload.dataset.path: {path} is nested too deeply to parse") from None
 
 
 def _tokenizer_path(config: RunConfig) -> str:
