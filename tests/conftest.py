@@ -1,3 +1,4 @@
+import functools
 import os
 import subprocess
 import sys
@@ -28,6 +29,30 @@ def _keep_cpu_threads():
         os.environ.pop("OMP_NUM_THREADS", None)
     else:
         os.environ["OMP_NUM_THREADS"] = omp
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """The one place a test is skipped for the hardware it needs: @pytest.mark.gpu (a CUDA device),
+    gpu(2) (two), gpu(capability=9) (Hopper or later); @pytest.mark.flash (FlashAttention-4 runs)."""
+    gpu = item.get_closest_marker("gpu")
+    if gpu is not None:
+        count = gpu.kwargs.get("count", gpu.args[0] if gpu.args else 1)
+        capability = gpu.kwargs.get("capability")
+        if torch.cuda.device_count() < count:
+            pytest.skip(f"needs {count} CUDA device{'s' * (count > 1)}")
+        if capability is not None and torch.cuda.get_device_capability()[0] < capability:
+            pytest.skip(f"needs compute capability {capability}.0 or later")
+    if item.get_closest_marker("flash") is not None and (reason := _flash_unavailable()):
+        pytest.skip(f"FlashAttention-4 {reason}")
+
+
+@functools.cache
+def _flash_unavailable() -> str | None:
+    if not torch.cuda.is_available():
+        return "needs CUDA"
+    from llmbench.kernels import flash_attention
+
+    return flash_attention.unavailable_reason(torch.device("cuda"), torch.bfloat16, 128)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,6 +1,6 @@
 """Leak check after every engine test: each LLMEngine built during a test must end empty (no waiting or
 running request, every KV block free, every ref count zero). A test that stops an engine mid-work on
-purpose says so with @pytest.mark.leaves_work."""
+purpose says so with @pytest.mark.leaves_work. And the saved HF checkpoint the agreement tests share."""
 
 from __future__ import annotations
 
@@ -36,3 +36,12 @@ def engines_end_empty(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
         return
     for engine in engines:
         assert_engine_empty(engine)
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory):
+    """An HF model saved to disk and its greedy continuations of every prompt (hf_reference.py)."""
+    from tests.engine.hf_reference import save_checkpoint  # transformers: only where a test asks
+
+    path = tmp_path_factory.mktemp("ckpt")
+    return path, save_checkpoint(path)

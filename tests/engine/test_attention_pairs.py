@@ -3,7 +3,7 @@ cached ones n*p + n(n+1)/2, a decode its sequence's length (what prefill attenti
 
 from llmbench.engine.request import SamplingParams
 
-from tests.engine.test_multistep import model_engine
+from tests.engine.helpers import model_engine
 
 
 def test_a_chunked_prompt_counts_its_causal_pairs_and_decodes_their_length():

@@ -6,24 +6,13 @@ import pytest
 from llmbench.engine import model_runner
 from llmbench.kernels import attention_split
 
-from tests.engine.test_engine_hf import GREEDY, checkpoint, engine_for, make_prompts, run  # noqa: F401
-
-
-def count_sdpa_calls(monkeypatch) -> list[int]:
-    """The token count of every SDPA call of the split prefill attention, as it happens."""
-    calls, real = [], attention_split._causal_sdpa
-
-    def counted(q, *args):
-        calls.append(q.shape[0])
-        return real(q, *args)
-
-    monkeypatch.setattr(attention_split, "_causal_sdpa", counted)
-    return calls
+from tests.engine.helpers import count_sdpa_calls
+from tests.engine.hf_reference import GREEDY, engine_for, make_prompts, run
 
 
 @pytest.mark.parametrize("prefix_caching", [True, False], ids=["prefix", "no-prefix"])
 @pytest.mark.parametrize("budget", [32, 256])
-def test_sdpa_prefill_matches_hf(checkpoint, monkeypatch, budget, prefix_caching):  # noqa: F811
+def test_sdpa_prefill_matches_hf(checkpoint, monkeypatch, budget, prefix_caching):
     """prefill_attention sdpa: prompts with no cached prefix go through SDPA on their own K/V, the rest
     (decodes, later chunks, prompts hitting the prefix cache) through the paged kernel, token-exact.
     With a 32-token budget every first chunk is short, so the minimum group size is lowered to 1; at
@@ -45,7 +34,7 @@ def test_sdpa_prefill_matches_hf(checkpoint, monkeypatch, budget, prefix_caching
     assert (sum(cached) > 0) == prefix_caching
 
 
-def test_sdpa_prefill_matches_hf_under_preemption(checkpoint, monkeypatch):  # noqa: F811
+def test_sdpa_prefill_matches_hf_under_preemption(checkpoint, monkeypatch):
     """A preempted sequence's recompute starts at position 0 again: SDPA serves it."""
     path, expected = checkpoint
     monkeypatch.setattr(attention_split, "SDPA_MIN_TOKENS", 1)
@@ -57,7 +46,7 @@ def test_sdpa_prefill_matches_hf_under_preemption(checkpoint, monkeypatch):  # n
 
 
 @pytest.mark.parametrize("overlap", ["async_output", "async_scheduling"])
-def test_sdpa_prefill_matches_hf_with_overlapped_multi_step(checkpoint, monkeypatch, overlap):  # noqa: F811
+def test_sdpa_prefill_matches_hf_with_overlapped_multi_step(checkpoint, monkeypatch, overlap):
     """Overlapped steps and 4-step decode windows around SDPA prefills: the split is planned for the
     step being launched, from its own lengths, while the step before is still in flight."""
     path, expected = checkpoint
@@ -72,8 +61,9 @@ def test_sdpa_prefill_matches_hf_with_overlapped_multi_step(checkpoint, monkeypa
     assert tokens == expected
 
 
+@pytest.mark.slow
 @pytest.mark.triton_interpreter
-def test_sdpa_prefill_with_triton_backend_matches_hf(checkpoint, monkeypatch):  # noqa: F811
+def test_sdpa_prefill_with_triton_backend_matches_hf(checkpoint, monkeypatch):
     """SDPA beside the Triton paged kernels (interpreted): chunked prompts, decodes, a cached prefix."""
     path, expected = checkpoint
     monkeypatch.setattr(attention_split, "SDPA_MIN_TOKENS", 1)
@@ -99,8 +89,10 @@ def count_decode_splits(monkeypatch) -> list[int]:
     return splits
 
 
-@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=pytest.mark.triton_interpreter)])
-def test_decodes_split_from_mixed_steps_match_hf(checkpoint, monkeypatch, backend):  # noqa: F811
+@pytest.mark.parametrize(
+    "backend", ["torch", pytest.param("triton", marks=[pytest.mark.triton_interpreter, pytest.mark.slow])]
+)
+def test_decodes_split_from_mixed_steps_match_hf(checkpoint, monkeypatch, backend):
     """Chunked prefill with decodes riding along: the decodes go to the decode kernel, the chunks to
     the paged prefill kernel, token-exact (the minimum decode count lowered so that these small
     batches split)."""

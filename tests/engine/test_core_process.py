@@ -16,36 +16,9 @@ from llmbench.engine.gc_heap import YOUNG_GC_THRESHOLD
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.request import FinishReason, SamplingParams
 
+from tests.engine.helpers import drain, process_gone, run_to_completion
+
 TINY = dict(model=ModelConfig(preset="tiny", device="cpu", dtype="float32"), max_num_seqs=8)
-
-
-def run_to_completion(engine, prompts, params):
-    """Token ids per request id, and the finished outputs, stepping through the public API only."""
-    for i, prompt in enumerate(prompts):
-        engine.add_request(str(i), prompt, params)
-    return drain(engine)
-
-
-def drain(engine):
-    """Token ids and finished outputs of whatever the engine holds, stepped to the end."""
-    tokens, finished = {}, {}
-    deadline = time.monotonic() + 60
-    while engine.has_unfinished():
-        assert time.monotonic() < deadline, "requests never finished"
-        for output in engine.step():
-            tokens.setdefault(output.request_id, []).extend(output.new_token_ids)
-            if output.finished:
-                finished[output.request_id] = output
-    return tokens, finished
-
-
-def process_gone(pid: int) -> bool:
-    """Exited: no such process, or a zombie nobody has reaped yet (an orphan's new parent may not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 @pytest.fixture(scope="module")

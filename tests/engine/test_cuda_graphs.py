@@ -182,8 +182,6 @@ def test_padded_forward_matches_eager_and_writes_only_its_slots(model, num_seqs)
 
 # GPU: capture and replay
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
 
 def tiny_engine(cuda_graphs: bool, backend: str = "triton", **toggles) -> LLMEngine:
     return LLMEngine(
@@ -205,7 +203,7 @@ def mixed_prompts(count: int) -> list[list[int]]:
     return [[rng.randrange(3, 512) for _ in range(rng.randrange(1, 60))] for _ in range(count)]
 
 
-@cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["triton", "torch"])
 def test_graph_replay_gives_the_eager_tokens(backend):
     # 12 requests: batches shrink from 12 (eager, past the largest bucket) through every bucket
@@ -220,7 +218,7 @@ def test_graph_replay_gives_the_eager_tokens(backend):
     graphed.shutdown()
 
 
-@cuda
+@pytest.mark.gpu
 def test_a_steady_greedy_decode_step_is_three_copies_and_the_readback():
     """Once a batch's tables are in the graph's buffers, a greedy decode step through the model
     runner is one host-to-device copy of the packed inputs, two copies into the static buffers, the
@@ -245,7 +243,7 @@ def test_a_steady_greedy_decode_step_is_three_copies_and_the_readback():
     engine.shutdown()
 
 
-@cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize(
     "toggles",
     [
@@ -267,7 +265,7 @@ def test_graphs_with_tokens_read_a_step_late_give_the_eager_tokens(toggles):
     engine.shutdown()
 
 
-@cuda
+@pytest.mark.gpu
 def test_replay_after_a_larger_batch_leaves_live_kv_alone():
     engine = tiny_engine(cuda_graphs=True)
     graphs = engine.executor.graphs

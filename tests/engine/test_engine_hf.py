@@ -2,75 +2,19 @@
 transformers' greedy generate on the same weights, loaded from an HF-format directory."""
 
 import json
-import random
 
 import pytest
 import torch
 from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
-from llmbench.engine.check import assert_engine_empty
 from llmbench.engine.config import EngineConfig, ModelConfig
 from llmbench.engine.kernel_choice import select_ops
 from llmbench.engine.kv_pool import KVPool
-from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.model_facts import resolve_model_facts
 from llmbench.engine.model_runner import ModelRunner
 from llmbench.engine.request import SamplingParams
 from llmbench.kernels import reference, triton_ops
 
-from tests.engine.test_model_hf import VARIANTS, hf_model
-
-MAX_NEW = 20
-
-
-def make_prompts() -> list[list[int]]:
-    """Ten prompts of different lengths; five share a 37-token prefix, one repeats another exactly."""
-    rng = random.Random(0)
-    shared = [rng.randrange(3, 512) for _ in range(37)]
-    tails = [[rng.randrange(3, 512) for _ in range(n)] for n in (1, 6, 19, 40)]
-    others = [[rng.randrange(3, 512) for _ in range(n)] for n in (1, 3, 12, 29)]
-    prompts = [shared + t for t in tails] + others + [shared + tails[2]]
-    return prompts + [shared]
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    """An HF model saved to disk and its greedy continuations of every prompt."""
-    hf = hf_model(VARIANTS["llama"](), seed=0)
-    hf.generation_config.eos_token_id = None  # run to max_new_tokens, as ignore_eos does
-    path = tmp_path_factory.mktemp("ckpt")
-    hf.save_pretrained(path)
-    expected = []
-    with torch.no_grad():
-        for prompt in make_prompts():
-            out = hf.generate(torch.tensor([prompt]), max_new_tokens=MAX_NEW, do_sample=False, pad_token_id=0)
-            expected.append(out[0, len(prompt) :].tolist())
-    return path, expected
-
-
-def engine_for(path, attention_backend: str = "torch", **engine_kwargs) -> LLMEngine:
-    model = ModelConfig(path=str(path), dtype="float32", device="cpu", seed=0)
-    return LLMEngine(
-        EngineConfig(model=model, max_model_len=256, attention_backend=attention_backend, **engine_kwargs)
-    )
-
-
-def run(engine: LLMEngine, prompts: list[list[int]], params: SamplingParams) -> tuple[list, list, int]:
-    """All prompts submitted at once, stepped to completion: (tokens, cached tokens, preemptions)."""
-    for i, prompt in enumerate(prompts):
-        engine.add_request(str(i), prompt, params)
-    tokens, cached = [None] * len(prompts), [0] * len(prompts)
-    while engine.has_unfinished():
-        for output in engine.step():
-            if output.finished:
-                assert output.error is None, output.error
-                tokens[int(output.request_id)] = output.token_ids
-                cached[int(output.request_id)] = output.num_cached_tokens
-    preempted = sum(r.num_preempted for r in engine.drain_step_records())
-    assert_engine_empty(engine)
-    return tokens, cached, preempted
-
-
-GREEDY = SamplingParams(max_tokens=MAX_NEW, ignore_eos=True)
+from tests.engine.hf_reference import GREEDY, MAX_NEW, engine_for, make_prompts, run
 
 
 @pytest.mark.parametrize("prefix_caching", [True, False], ids=["prefix", "no-prefix"])
@@ -103,6 +47,7 @@ def test_greedy_tokens_match_hf_under_preemption(checkpoint, block_size):
     assert tokens == expected
 
 
+@pytest.mark.slow
 @pytest.mark.triton_interpreter
 def test_triton_backend_matches_hf(checkpoint):
     """The Triton kernels (interpreted without a GPU) serve the same engine path token-exact: chunked

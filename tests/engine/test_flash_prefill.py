@@ -3,12 +3,12 @@ prefix-cache hits and decodes riding along in bf16 give the greedy tokens of the
 paged Triton kernel, with both FlashAttention-4 launches (fresh prompts, later chunks) taken and no
 kernel compiled after the engine started."""
 
+import pytest
 from llmbench.engine.config import EngineConfig, ModelConfig
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.kernels import flash_attention
 
-from tests.engine.test_engine_hf import GREEDY, checkpoint, make_prompts, run  # noqa: F401
-from tests.kernels.test_flash_attention import flash_runs
+from tests.engine.hf_reference import GREEDY, make_prompts, run
 
 
 def gpu_engine(path, **engine_kwargs) -> LLMEngine:
@@ -31,8 +31,8 @@ def count_launches(monkeypatch) -> dict[str, int]:
     return counts
 
 
-@flash_runs
-def test_flash_prefill_gives_the_paged_kernels_tokens(checkpoint, monkeypatch):  # noqa: F811
+@pytest.mark.flash
+def test_flash_prefill_gives_the_paged_kernels_tokens(checkpoint, monkeypatch):
     import cutlass.cute as cute  # the DSL the package compiles its kernels with
 
     path, _ = checkpoint

@@ -249,10 +249,7 @@ def test_fed_decodes_take_their_input_token_from_the_step_in_flight():
     assert inputs.input_ids.tolist() == [71, 0, 70]
 
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-
-@cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("num_steps", [1, 4])
 def test_on_cuda_one_copy_carries_the_step_and_it_holds_what_the_cpu_builds(num_steps):
     buffers = InputBuffers(BLOCK, torch.device("cuda"))
@@ -274,7 +271,7 @@ def test_on_cuda_one_copy_carries_the_step_and_it_holds_what_the_cpu_builds(num_
         assert inputs.input_ids.is_cuda and inputs.attn.slot_mapping.dtype == torch.int64
 
 
-@cuda
+@pytest.mark.gpu
 def test_on_cuda_steady_decodes_find_current_tables_in_either_pinned_buffer():
     """Two pinned buffers take turns, and each rewrites its block tables only when they changed since
     it last held them: as tables grow, one by one or all at once, every step holds what the CPU builds."""

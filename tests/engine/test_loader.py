@@ -10,7 +10,7 @@ from llmbench.engine.model_facts import resolve_model_facts
 from llmbench.engine.models.shape import PRESETS, model_shape
 from safetensors.torch import load_file, save_file
 
-from tests.engine.test_model_hf import VARIANTS, PagedRun, hf_logits, hf_model, prompts
+from tests.engine.hf_reference import VARIANTS, PagedRun, hf_logits, hf_model, prompts
 
 
 def load_config(model: ModelConfig):

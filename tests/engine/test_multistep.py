@@ -1,83 +1,15 @@
 """Multi-step scheduling: N decode forwards per schedule give exactly the tokens of N single steps,
 whatever the window cuts through (stops, max_tokens, min_tokens, preemption, chunked prefill)."""
 
-import random
-
 import pytest
 import torch
 from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.model_facts import resolve_model_facts
-from llmbench.engine.models.shape import PRESETS
 from llmbench.engine.null_executor import NullExecutor
-from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
+from llmbench.engine.request import FinishReason, SamplingParams
 
-TINY = PRESETS["tiny"]
-
-
-def null_engine(**overrides) -> LLMEngine:
-    overrides.setdefault("num_gpu_blocks", 256)
-    return LLMEngine(EngineConfig(model=ModelConfig(preset="tiny", executor="null"), **overrides))
-
-
-def model_engine(**overrides) -> LLMEngine:
-    """The tiny preset's random weights, run for real on the CPU."""
-    model = ModelConfig(preset="tiny", device="cpu", dtype="float32", seed=0)
-    overrides.setdefault("num_gpu_blocks", 64)
-    return LLMEngine(EngineConfig(model=model, max_model_len=256, attention_backend="torch", **overrides))
-
-
-def workload(seed: int = 0) -> list[tuple[list[int], SamplingParams]]:
-    """Prompts of assorted lengths, two sharing a prefix; max_tokens rarely a multiple of a window."""
-    rng = random.Random(seed)
-    shared = [rng.randrange(3, TINY.vocab_size) for _ in range(20)]
-    requests = []
-    for i, (length, max_tokens) in enumerate([(5, 13), (30, 1), (12, 7), (3, 21), (17, 2), (40, 9)]):
-        prompt = [rng.randrange(3, TINY.vocab_size) for _ in range(length)]
-        if i in (2, 4):
-            prompt = shared + prompt
-        requests.append((prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
-    return requests
-
-
-def run(
-    engine: LLMEngine, requests: list[tuple[list[int], SamplingParams]]
-) -> dict[str, list[RequestOutput]]:
-    """Every request submitted at once and stepped to the end: each request's outputs, in order."""
-    for i, (prompt, params) in enumerate(requests):
-        engine.add_request(str(i), prompt, params)
-    streams: dict[str, list[RequestOutput]] = {str(i): [] for i in range(len(requests))}
-    for _ in range(1000):
-        if not engine.has_unfinished():
-            break
-        for output in engine.step():
-            streams[output.request_id].append(output)
-    for outputs in streams.values():
-        assert [o.finished for o in outputs] == [False] * (len(outputs) - 1) + [True]
-        assert outputs[-1].error is None, outputs[-1].error
-        # the stream adds up to the final output: nothing after a stop is ever emitted
-        assert [t for o in outputs for t in o.new_token_ids] == outputs[-1].token_ids
-    return streams
-
-
-def results(streams: dict[str, list[RequestOutput]]) -> dict[str, tuple[list[int], FinishReason]]:
-    return {rid: (outputs[-1].token_ids, outputs[-1].finish_reason) for rid, outputs in streams.items()}
-
-
-def with_stops(requests, reference, picks: dict[int, int], min_tokens: int = 0):
-    """The same requests, request i stopping on the token its reference output has at index picks[i]."""
-    stopped = list(requests)
-    for i, index in picks.items():
-        prompt, params = requests[i]
-        stop = reference[str(i)][0][index]
-        stopped[i] = (
-            prompt,
-            SamplingParams(
-                max_tokens=params.max_tokens, ignore_eos=True, stop_token_ids=(stop,), min_tokens=min_tokens
-            ),
-        )
-    return stopped
+from tests.engine.helpers import TINY_SHAPE, model_engine, null_engine, results, run, with_stops, workload
 
 
 @pytest.mark.parametrize("num_steps", [2, 4, 8])
@@ -207,7 +139,7 @@ def test_null_executor_window_rows_are_the_single_steps():
         ]
         (single,) = executor.execute(ScheduledBatch(moved))
         assert window[step].tolist() == single.host.tolist()
-    assert TINY.eos_token_id not in window.flatten().tolist()
+    assert TINY_SHAPE.eos_token_id not in window.flatten().tolist()
 
 
 def test_model_multi_step_equals_single_step_with_stops_and_preemption():

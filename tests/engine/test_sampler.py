@@ -233,7 +233,7 @@ def test_sampling_a_prepared_window_builds_nothing_from_host_lists(monkeypatch):
     assert [sampler(logits[step], step).tolist() for step in range(len(pinned))] == pinned
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_cuda_sampling_never_synchronizes():
     device = torch.device("cuda")
     sampler_seed, seqs, pinned = WINDOWS["mixed"]

@@ -7,9 +7,8 @@ import random
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.llm_engine import LLMEngine
 
-from tests.engine.test_attention_split_hf import count_sdpa_calls
-from tests.engine.test_engine_hf import GREEDY, run
-from tests.engine.test_tp import TINY
+from tests.engine.helpers import TINY_CPU, count_sdpa_calls
+from tests.engine.hf_reference import GREEDY, run
 
 # 128-token chunks: a 200-token prompt's first chunk goes to SDPA, its second (72 tokens after 128
 # cached) must stay on the paged kernel, on both ranks
@@ -23,11 +22,13 @@ def prompts() -> list[list[int]]:
 
 
 def test_two_ranks_with_sdpa_prefill_give_one_paged_ranks_tokens(monkeypatch):
-    one = LLMEngine(EngineConfig(model=TINY, **SETTINGS))
+    one = LLMEngine(EngineConfig(model=TINY_CPU, **SETTINGS))
     expected, _, _ = run(one, prompts(), GREEDY)
     one.shutdown()
     calls = count_sdpa_calls(monkeypatch)  # rank 0's calls; the worker plans the same split
-    two = LLMEngine(EngineConfig(model=TINY, **SETTINGS, prefill_attention="sdpa", tensor_parallel_size=2))
+    two = LLMEngine(
+        EngineConfig(model=TINY_CPU, **SETTINGS, prefill_attention="sdpa", tensor_parallel_size=2)
+    )
     tokens, cached, _ = run(two, prompts(), GREEDY)
     two.shutdown()
     assert calls and sum(cached) > 0

@@ -51,6 +51,7 @@ def test_soak_loses_nothing_and_matches_a_large_pool(overrides):
     assert result.mismatched_outputs == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides",
     [["engine.async_output=true"], ["engine.async_output=true", "engine.num_scheduler_steps=4"]],

@@ -8,7 +8,7 @@ import pytest
 from llmbench.engine.request import SamplingParams
 from llmbench.engine.timing import RESOLVE_EVERY, GpuTimer, StepRecord
 
-from tests.engine.test_multistep import model_engine, null_engine, run, workload
+from tests.engine.helpers import model_engine, null_engine, run, workload
 
 
 class FakeDevice:

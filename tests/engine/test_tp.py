@@ -20,15 +20,11 @@ from llmbench.engine.parallel.group import STEP_TIMEOUT_S, TensorParallelError, 
 from llmbench.engine.parallel.sharding import shard_plan, take_shard
 from llmbench.engine.request import SamplingParams
 
-from tests.engine.test_core_process import process_gone
-from tests.engine.test_engine_hf import GREEDY, checkpoint, engine_for, make_prompts, run  # noqa: F401
+from tests.engine.helpers import TINY_CPU, process_gone, wait_gone
+from tests.engine.hf_reference import GREEDY, engine_for, make_prompts, run
 
-TINY = ModelConfig(preset="tiny", device="cpu", dtype="float32")
 # the failure tests also run on 2 GPUs where there are (NCCL), the path the heartbeats exist for
-DEVICES = [
-    "cpu",
-    pytest.param("cuda", marks=pytest.mark.skipif(torch.cuda.device_count() < 2, reason="2 GPUs")),
-]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu(2))]
 # chunked prefill (24-token budget), prefix caching, 4-step windows and a pool small enough to preempt
 EVERY_TOGGLE = dict(
     block_size=4,
@@ -45,22 +41,13 @@ def workers_of(engine: LLMEngine) -> list[subprocess.Popen]:
     return engine.executor.group._workers.processes
 
 
-def wait_gone(pids: list[int], timeout_s: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not all(process_gone(pid) for pid in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
 @pytest.mark.parametrize("overlap", ["async_output", "async_scheduling"])
 def test_two_ranks_give_one_ranks_greedy_tokens_with_every_toggle(overlap):
     prompts = make_prompts()
-    one = LLMEngine(EngineConfig(model=TINY, **EVERY_TOGGLE, **{overlap: True}))
+    one = LLMEngine(EngineConfig(model=TINY_CPU, **EVERY_TOGGLE, **{overlap: True}))
     expected, expected_cached, _ = run(one, prompts, GREEDY)
     one.shutdown()
-    two = LLMEngine(EngineConfig(model=TINY, **EVERY_TOGGLE, **{overlap: True}, tensor_parallel_size=2))
+    two = LLMEngine(EngineConfig(model=TINY_CPU, **EVERY_TOGGLE, **{overlap: True}, tensor_parallel_size=2))
     workers = workers_of(two)
     tokens, cached, preempted = run(two, prompts, GREEDY)  # rank 0's leak check included
     assert tokens == expected
@@ -70,7 +57,7 @@ def test_two_ranks_give_one_ranks_greedy_tokens_with_every_toggle(overlap):
     assert [w.wait(10) for w in workers] == [0]
 
 
-def test_two_ranks_load_an_hf_checkpoint_token_exact_with_transformers(checkpoint):  # noqa: F811
+def test_two_ranks_load_an_hf_checkpoint_token_exact_with_transformers(checkpoint):
     path, expected = checkpoint
     engine = engine_for(path, tensor_parallel_size=2, **EVERY_TOGGLE)
     tokens, _, preempted = run(engine, make_prompts(), GREEDY)
@@ -108,9 +95,9 @@ def test_a_vocabulary_that_does_not_divide_is_padded_on_the_last_rank():
 
 def test_tensor_parallel_size_and_the_gpus_it_needs_are_checked(monkeypatch):
     with pytest.raises(ConfigError, match="tensor_parallel_size: expected an integer >= 1, got 0"):
-        EngineConfig(model=TINY, tensor_parallel_size=0)
+        EngineConfig(model=TINY_CPU, tensor_parallel_size=0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    EngineConfig(model=TINY, tensor_parallel_size=2).check_gpus()  # CPU ranks need no GPU
+    EngineConfig(model=TINY_CPU, tensor_parallel_size=2).check_gpus()  # CPU ranks need no GPU
     with pytest.raises(ConfigError, match="tensor_parallel_size: 2 ranks need as many GPUs, 1 visible"):
         EngineConfig(model=ModelConfig(preset="tiny", device="cuda"), tensor_parallel_size=2).check_gpus()
 
@@ -120,7 +107,7 @@ def test_kv_heads_that_do_not_divide_are_an_error_before_any_process_starts(monk
     with pytest.raises(
         ValueError, match="engine.tensor_parallel_size 3 does not divide the model's 2 KV heads"
     ):
-        LLMEngine(EngineConfig(model=TINY, tensor_parallel_size=3))
+        LLMEngine(EngineConfig(model=TINY_CPU, tensor_parallel_size=3))
 
 
 def start_and_step(device: str = "cpu", **engine_kwargs) -> LLMEngine:

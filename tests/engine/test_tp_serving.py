@@ -7,9 +7,8 @@ import threading
 
 import pytest
 
-from tests.engine.serving.conftest import start_server
-from tests.engine.serving.test_load_and_failures import stream_until_error
-from tests.engine.test_tp import wait_gone
+from tests.engine.helpers import wait_gone
+from tests.engine.serving.servers import start_server, stream_until_error
 
 
 @pytest.mark.leaves_work

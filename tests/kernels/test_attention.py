@@ -7,8 +7,6 @@ from llmbench.kernels.attention import paged_decode_attention
 
 from tests.kernels.paged_kv import DEVICE, FP32_TOL, random_paged_kv
 
-gpu_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
 
 def _decode_case(seq_lens, block_size, num_heads, num_kv_heads, head_dim, dtype=torch.float32):
     k_cache, v_cache, block_tables = random_paged_kv(seq_lens, block_size, num_kv_heads, head_dim, dtype)
@@ -149,7 +147,7 @@ def test_prefill_of_one_token_equals_decode():
     torch.testing.assert_close(prefill, decode, atol=FP32_TOL, rtol=FP32_TOL)
 
 
-@gpu_only
+@pytest.mark.gpu
 @pytest.mark.parametrize("seq_lens", [[2048] * 8, [1, 300, 4097, 17]])
 def test_decode_bf16_llama_heads_on_gpu(seq_lens):
     args = _decode_case(seq_lens, 16, 32, 8, 128, torch.bfloat16)
@@ -157,7 +155,7 @@ def test_decode_bf16_llama_heads_on_gpu(seq_lens):
     torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
 
 
-@gpu_only
+@pytest.mark.gpu
 def test_prefill_bf16_llama_heads_on_gpu():
     args = _prefill_case([300, 1, 1000, 57], [0, 700, 512, 9], 16, 32, 8, 128, torch.bfloat16)
     torch.testing.assert_close(

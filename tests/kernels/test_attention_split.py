@@ -2,51 +2,11 @@
 (decodes) and the paged prefill kernel (the rest), against the torch reference's paged attention over the
 whole step."""
 
-import numpy as np
 import pytest
 import torch
 from llmbench.kernels import attention_split, reference, triton_ops
-from llmbench.kernels.attention_split import plan_attention_split, sdpa_backends, split_attention
 
-from tests.kernels.paged_kv import DEVICE, FP32_TOL, random_paged_kv
-
-gpu_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-
-def _step(q_lens, cached, num_heads=4, num_kv_heads=2, head_dim=16, block_size=4, dtype=torch.float32):
-    """One step's q, its own k and v (the cache rows at its tokens' positions, as the model has just
-    written them; v a strided view, as the model's slice of the fused QKV output), the caches, the
-    tables, and the host row offsets and lengths."""
-    seq_lens = [n + c for n, c in zip(q_lens, cached, strict=True)]
-    g = torch.Generator().manual_seed(0)
-    k_cache, v_cache, tables = random_paged_kv(seq_lens, block_size, num_kv_heads, head_dim, dtype, 3, g)
-    host_tables = tables.cpu()
-    slots = [
-        int(host_tables[b, p // block_size]) * block_size + p % block_size
-        for b in range(len(q_lens))
-        for p in range(cached[b], seq_lens[b])
-    ]
-    rows = torch.tensor(slots, device=DEVICE)
-    k = k_cache.view(-1, num_kv_heads, head_dim)[rows]
-    v_rows = v_cache.view(-1, num_kv_heads, head_dim)[rows]
-    v = torch.cat((v_rows, torch.zeros_like(v_rows)), dim=-1)[..., :head_dim]
-    q = torch.randn(sum(q_lens), num_heads, head_dim, generator=g).to(dtype).to(DEVICE)
-    query_start = np.concatenate(([0], np.cumsum(q_lens)))
-    return q, k, v, k_cache, v_cache, tables, query_start, np.array(seq_lens)
-
-
-def _split_and_reference(ops, q_lens, cached, prefill_attention="sdpa", **shape):
-    q, k, v, k_cache, v_cache, tables, query_start, seq_lens = _step(q_lens, cached, **shape)
-    lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
-    split = plan_attention_split(query_start, seq_lens, tables, lens, prefill_attention, k_cache.shape[1])
-    assert split is not None
-    scale = q.shape[-1] ** -0.5
-    with sdpa_backends():
-        got = split_attention(q, k, v, k_cache, v_cache, split, scale, ops)
-    starts = torch.tensor(query_start, dtype=torch.int32, device=DEVICE)
-    want = reference.paged_prefill_attention(q, k_cache, v_cache, tables, starts, lens, scale)
-    return got, want
-
+from tests.kernels.paged_kv import DECODE_STEP, FP32_TOL, plan_on_cpu, split_and_reference
 
 MIXED_STEPS = [
     # equal-length prompts apart in the batch (gathered), a decode, a chunk after a cached prefix
@@ -60,41 +20,28 @@ MIXED_STEPS = [
 @pytest.mark.parametrize("q_lens,cached", MIXED_STEPS)
 def test_split_matches_paged_reference(monkeypatch, q_lens, cached):
     monkeypatch.setattr(attention_split, "SDPA_MIN_TOKENS", 1)  # tiny prompts take the SDPA path too
-    got, want = _split_and_reference(reference, q_lens, cached)
+    got, want = split_and_reference(reference, q_lens, cached)
     torch.testing.assert_close(got, want, atol=FP32_TOL, rtol=FP32_TOL)
 
 
 def test_split_with_the_triton_paged_kernel_matches_reference(monkeypatch):
     monkeypatch.setattr(attention_split, "SDPA_MIN_TOKENS", 1)
     q_lens, cached = MIXED_STEPS[0]
-    got, want = _split_and_reference(triton_ops, q_lens, cached)
+    got, want = split_and_reference(triton_ops, q_lens, cached)
     torch.testing.assert_close(got, want, atol=FP32_TOL, rtol=FP32_TOL)
-
-
-def _plan(q_lens, cached, prefill_attention="sdpa", block_size=16):
-    """The plan on the CPU, with a device length tensor holding each sequence's index, so that a
-    part's gathered lengths (.seq_lens) name its sequences; block tables as wide as the longest."""
-    seq_lens = np.array(q_lens) + np.array(cached)
-    starts = np.concatenate(([0], np.cumsum(q_lens)))
-    index = torch.arange(len(q_lens), dtype=torch.int32)
-    tables = index[:, None].repeat(1, -(-int(seq_lens.max()) // block_size))
-    split = plan_attention_split(starts, seq_lens, tables, index, prefill_attention, block_size)
-    for part in (split.decodes, split.paged) if split else ():
-        assert part is None or part.block_tables[:, 0].tolist() == part.seq_lens.tolist()
-    return split
 
 
 def test_plan_cuts_the_paged_tables_to_the_paged_sequences_longest():
     # eight decodes at up to 4,000 tokens go to the decode kernel; the chunks left to the paged kernel
     # reach 70 tokens, so its tables (and the launch it chooses by their width) cover 5 blocks of 16
-    split = _plan([1] * 8 + [20, 30], [4000 - 1] + [100] * 7 + [50, 0], prefill_attention="paged")
+    split = plan_on_cpu([1] * 8 + [20, 30], [4000 - 1] + [100] * 7 + [50, 0], prefill_attention="paged")
     assert split.decodes.block_tables.shape[1] == 250
     assert split.paged.block_tables.shape[1] == 5
 
 
 def test_plan_groups_equal_lengths_and_leaves_the_rest_to_the_paged_kernel():
     # two 40-token prompts apart in the batch, a 64-token one, a decode, a chunk after 16 cached tokens
-    split = _plan([40, 64, 1, 40, 8], [0, 0, 30, 0, 16])
+    split = plan_on_cpu([40, 64, 1, 40, 8], [0, 0, 30, 0, 16])
     assert [(g.length, g.count) for g in split.groups] == [(40, 2), (64, 1)]
     assert split.groups[0].rows.tolist() == list(range(40)) + list(range(105, 145))
     assert split.groups[1].rows == slice(40, 104)
@@ -103,14 +50,14 @@ def test_plan_groups_equal_lengths_and_leaves_the_rest_to_the_paged_kernel():
 
 
 def test_plan_uses_views_for_adjacent_rows():
-    split = _plan([1, 1, 100, 100, 100], [9, 5, 0, 0, 0])
+    split = plan_on_cpu([1, 1, 100, 100, 100], [9, 5, 0, 0, 0])
     assert [(g.length, g.count, g.rows) for g in split.groups] == [(100, 3, slice(2, 302))]
     assert split.paged.rows == slice(0, 2) and split.paged.seq_lens.tolist() == [0, 1]
 
 
 def test_plan_sends_index_arrays_on_16_byte_boundaries():
     """Triton specializes the paged kernel on pointer alignment: an odd view would compile a variant."""
-    split = _plan([40, 3, 1, 40, 1, 2, 5], [0, 7, 9, 0, 4, 0, 11])
+    split = plan_on_cpu([40, 3, 1, 40, 1, 2, 5], [0, 7, 9, 0, 4, 0, 11])
     sent = [split.groups[0].rows, split.paged.rows, split.paged.query_start]
     assert all(isinstance(t, torch.Tensor) and t.storage_offset() % 4 == 0 for t in sent)
     assert split.paged.seq_lens.tolist() == [1, 2, 4, 5, 6]
@@ -118,36 +65,32 @@ def test_plan_sends_index_arrays_on_16_byte_boundaries():
 
 
 def test_plan_keeps_small_groups_and_all_prefixed_steps_paged():
-    assert _plan([30, 20, 1], [0, 0, 5]) is None  # no length reaches SDPA_MIN_TOKENS tokens
-    assert _plan([200, 300], [16, 64]) is None  # every chunk has a cached prefix
-    split = _plan([30, 20, 30, 1], [0, 0, 0, 5])  # two 30-token prompts: 60 tokens, still too few
+    assert plan_on_cpu([30, 20, 1], [0, 0, 5]) is None  # no length reaches SDPA_MIN_TOKENS tokens
+    assert plan_on_cpu([200, 300], [16, 64]) is None  # every chunk has a cached prefix
+    split = plan_on_cpu([30, 20, 30, 1], [0, 0, 0, 5])  # two 30-token prompts: 60 tokens, still too few
     assert split is None
-    split = _plan([32, 20, 32, 1], [0, 0, 0, 5])
+    split = plan_on_cpu([32, 20, 32, 1], [0, 0, 0, 5])
     assert [(g.length, g.count) for g in split.groups] == [(32, 2)]
 
 
 def test_plan_caps_the_sdpa_calls_at_the_lengths_with_most_work():
     lengths = [100, 101, 102, 103, 104, 105]
-    split = _plan(lengths, [0] * 6)
+    split = plan_on_cpu(lengths, [0] * 6)
     assert len(split.groups) == attention_split.SDPA_MAX_GROUPS == 4
     assert [g.length for g in split.groups] == [102, 103, 104, 105]
     assert split.paged.seq_lens.tolist() == [0, 1]
-
-
-# decodes among chunks: ten at the front, then a fresh prompt, a chunk after a prefix, two more decodes
-DECODE_STEP = ([1] * 10 + [9, 5, 1, 1], [3, 8, 1, 12, 5, 7, 2, 9, 4, 6, 0, 11, 20, 2])
 
 
 @pytest.mark.parametrize("prefill_attention", ["paged", "sdpa"])
 @pytest.mark.parametrize("ops", [reference, triton_ops], ids=["reference", "triton"])
 def test_decodes_split_from_a_mixed_step_match_the_paged_reference(monkeypatch, prefill_attention, ops):
     monkeypatch.setattr(attention_split, "SDPA_MIN_TOKENS", 1)
-    got, want = _split_and_reference(ops, *DECODE_STEP, prefill_attention=prefill_attention)
+    got, want = split_and_reference(ops, *DECODE_STEP, prefill_attention=prefill_attention)
     torch.testing.assert_close(got, want, atol=FP32_TOL, rtol=FP32_TOL)
 
 
 def test_plan_gives_decodes_to_the_decode_kernel_and_chunks_to_the_paged_one():
-    split = _plan(*DECODE_STEP, prefill_attention="paged")
+    split = plan_on_cpu(*DECODE_STEP, prefill_attention="paged")
     assert split.groups == [] and split.decodes.rows.tolist() == [*range(10), 24, 25]
     assert split.decodes.seq_lens.tolist() == [*range(10), 12, 13]
     assert split.paged.rows == slice(10, 24) and split.paged.seq_lens.tolist() == [10, 11]
@@ -156,16 +99,16 @@ def test_plan_gives_decodes_to_the_decode_kernel_and_chunks_to_the_paged_one():
 
 def test_plan_leaves_a_few_decodes_in_the_paged_launch():
     few = attention_split.DECODE_MIN_SEQS - 1
-    assert _plan([1] * few + [40], [5] * few + [16], prefill_attention="paged") is None
-    split = _plan([1] * (few + 1) + [40], [5] * (few + 1) + [16], prefill_attention="paged")
+    assert plan_on_cpu([1] * few + [40], [5] * few + [16], prefill_attention="paged") is None
+    split = plan_on_cpu([1] * (few + 1) + [40], [5] * (few + 1) + [16], prefill_attention="paged")
     assert split.decodes.seq_lens.tolist() == list(range(few + 1))
     assert split.paged.seq_lens.tolist() == [few + 1]
 
 
-@gpu_only
+@pytest.mark.gpu
 def test_split_bf16_llama_heads_on_gpu():
     """cuDNN (or flash) on Hopper against the reference, with grouped KV heads and mixed lengths."""
     shape = {"num_heads": 32, "num_kv_heads": 8, "head_dim": 128, "block_size": 16, "dtype": torch.bfloat16}
     q_lens, cached = [512, 1, 300, 512, 57], [0, 700, 0, 0, 9]
-    got, want = _split_and_reference(triton_ops, q_lens, cached, **shape)
+    got, want = split_and_reference(triton_ops, q_lens, cached, **shape)
     torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)

@@ -8,8 +8,6 @@ from llmbench.kernels import reference, triton_ops
 
 from tests.kernels.paged_kv import DEVICE, FP32_TOL, cos_sin_cache
 
-gpu_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
 
 @pytest.mark.parametrize("num_tokens,hidden", [(3, 64), (5, 100), (1, 256)])
 @pytest.mark.parametrize("with_residual", [False, True])
@@ -62,7 +60,7 @@ def test_silu_and_mul_known_value():
     assert triton_ops.silu_and_mul(x).item() == pytest.approx(expected, rel=1e-6)
 
 
-@gpu_only
+@pytest.mark.gpu
 def test_bf16_llama_shapes_on_gpu():
     hidden, inter, head_dim = 4096, 14336, 128
     x = torch.randn(257, hidden, device="cuda", dtype=torch.bfloat16)

@@ -9,22 +9,12 @@ from llmbench.engine.model_facts import resolve_model_facts
 from llmbench.engine.model_runner import ModelRunner
 from llmbench.kernels import flash_attention, triton_ops
 
-from tests.kernels.test_attention_split import DECODE_STEP, _plan, _split_and_reference
-
-
-def _why_not_here() -> str | None:
-    if not torch.cuda.is_available():
-        return "needs CUDA"
-    return flash_attention.unavailable_reason(torch.device("cuda"), torch.bfloat16, 128)
-
-
-WHY_NOT_HERE = _why_not_here()
-flash_runs = pytest.mark.skipif(WHY_NOT_HERE is not None, reason=f"FlashAttention-4 {WHY_NOT_HERE}")
+from tests.kernels.paged_kv import DECODE_STEP, plan_on_cpu, split_and_reference
 
 
 def test_plan_gives_every_fresh_prompt_one_launch_and_the_other_chunks_another():
     # fresh prompts of two lengths apart in the batch, a decode, a chunk after 16 cached tokens
-    split = _plan([40, 64, 1, 40, 8], [0, 0, 30, 0, 16], prefill_attention="flash")
+    split = plan_on_cpu([40, 64, 1, 40, 8], [0, 0, 30, 0, 16], prefill_attention="flash")
     assert split.flash and split.needs_own_kv and split.groups == [] and split.decodes is None
     assert split.fresh.rows.tolist() == [*range(104), *range(105, 145)]
     assert split.fresh.query_start.tolist() == [0, 40, 104, 144] and split.fresh.max_len == 64
@@ -34,12 +24,12 @@ def test_plan_gives_every_fresh_prompt_one_launch_and_the_other_chunks_another()
 
 
 def test_plan_splits_every_step_with_a_chunk_and_sends_many_decodes_to_the_decode_kernel():
-    split = _plan([200, 300], [16, 64], prefill_attention="flash")  # nothing fresh: one paged launch
+    split = plan_on_cpu([200, 300], [16, 64], prefill_attention="flash")  # nothing fresh: one paged launch
     assert split.flash and split.fresh is None and not split.needs_own_kv
     assert split.paged.rows == slice(0, 500) and split.paged.max_query_len == 300
-    split = _plan([6, 6], [0, 0], prefill_attention="flash")
+    split = plan_on_cpu([6, 6], [0, 0], prefill_attention="flash")
     assert split.paged is None and split.fresh.rows == slice(0, 12) and split.fresh.max_len == 6
-    split = _plan(*DECODE_STEP, prefill_attention="flash")
+    split = plan_on_cpu(*DECODE_STEP, prefill_attention="flash")
     assert split.decodes.rows.tolist() == [*range(10), 24, 25]
     assert split.fresh.rows == slice(10, 19) and split.fresh.max_len == 9
     assert split.paged.rows == slice(19, 24) and split.paged.seq_lens.tolist() == [11]
@@ -53,12 +43,7 @@ def test_flash_is_refused_with_the_reason_before_weights_load():
         ModelRunner(config, resolve_model_facts(config))
 
 
-hopper = pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9, reason="needs Hopper or later"
-)
-
-
-@hopper
+@pytest.mark.gpu(capability=9)
 def test_flash_names_what_the_model_lacks_on_gpu():
     cuda = torch.device("cuda")
     reason = flash_attention.unavailable_reason(cuda, torch.float32, 128)
@@ -76,10 +61,10 @@ LLAMA_STEPS = [
 ]
 
 
-@flash_runs
+@pytest.mark.flash
 @pytest.mark.parametrize("block_size", [16, 128])
 @pytest.mark.parametrize("q_lens,cached", LLAMA_STEPS)
 def test_flash_split_matches_reference_on_gpu(q_lens, cached, block_size):
     shape = {"num_heads": 32, "num_kv_heads": 8, "head_dim": 128, "block_size": block_size}
-    got, want = _split_and_reference(triton_ops, q_lens, cached, "flash", dtype=torch.bfloat16, **shape)
+    got, want = split_and_reference(triton_ops, q_lens, cached, "flash", dtype=torch.bfloat16, **shape)
     torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)

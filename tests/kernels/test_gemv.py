@@ -7,8 +7,6 @@ from llmbench.kernels.gemv import MAX_ROWS, gemv
 
 from tests.kernels.paged_kv import DEVICE
 
-gpu_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return ((got.double() - want.double()).norm() / want.double().norm()).item()
@@ -80,7 +78,7 @@ def test_backend_linear_matches_reference_on_both_sides_of_the_switch(m):
     )
 
 
-@gpu_only
+@pytest.mark.gpu
 @pytest.mark.parametrize("m", [1, 2, 4, 8])
 def test_bf16_llama3_8b_shapes_on_gpu(m):
     # bf16 operands: the error is the inputs' rounding, against a float64 product of those same inputs

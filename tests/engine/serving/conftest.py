@@ -1,53 +1,8 @@
-"""A real `llmbench serve` app on 127.0.0.1 (a free port) in a thread of the test process, over the tiny
-model on CPU, and what the tests check it with."""
-
-from __future__ import annotations
-
-import asyncio
-import threading
-import time
+"""The shared `llmbench serve` app of a test module (tests/engine/serving/servers.py)."""
 
 import pytest
-from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.serving.api_server import ServerState, bind_socket, build_app, make_server
 
-TINY = ModelConfig(preset="tiny", device="cpu", dtype="float32")
-
-
-class RunningServer:
-    def __init__(self, config: EngineConfig):
-        self.state = ServerState(config)
-        sock = bind_socket("127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        self.server = make_server(build_app(self.state))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "server did not start"
-            time.sleep(0.01)
-
-    @property
-    def engine(self):
-        return self.state.engine
-
-    def check_empty(self, timeout_s: float = 10.0) -> str | None:
-        """What the engine still holds, once aborts sent by the server have had time to land."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            future = asyncio.run_coroutine_threadsafe(self.engine.check_empty(), self.engine.loop)
-            failure = future.result(timeout_s)
-            if failure is None or time.monotonic() > deadline:
-                return failure
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-
-
-def start_server(**engine) -> RunningServer:
-    return RunningServer(EngineConfig(model=TINY, **engine))
+from tests.engine.serving.servers import start_server
 
 
 @pytest.fixture(scope="module")

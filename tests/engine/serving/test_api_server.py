@@ -10,7 +10,7 @@ from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.request import SamplingParams
 from llmbench.engine.serving.engine_loop import RECORDS_EVERY_S
 
-from tests.engine.serving.conftest import TINY
+from tests.engine.helpers import TINY_CPU
 
 PROMPTS = [[(11 * i + j) % 500 + 3 for j in range(4 + 7 * i)] for i in range(3)]
 
@@ -23,7 +23,7 @@ def client(server):
 @pytest.fixture(scope="module")
 def expected():
     """Greedy tokens of PROMPTS from an in-process engine, 12 each."""
-    engine = LLMEngine(EngineConfig(model=TINY))
+    engine = LLMEngine(EngineConfig(model=TINY_CPU))
     return engine.generate(PROMPTS, SamplingParams(max_tokens=12, ignore_eos=True))
 
 
@@ -222,12 +222,12 @@ def test_tokenize_detokenize_models_and_metrics(server):
 
 
 def test_a_chat_template_that_refuses_the_messages_is_a_400(server, tmp_path):
-    from tests.engine.serving.conftest import RunningServer
+    from tests.engine.serving.servers import RunningServer
     from tests.engine.serving.test_detokenizer import LLAMA3_STYLE_TEMPLATE
 
     server.state.tokenizer.tokenizer.save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": LLAMA3_STYLE_TEMPLATE}))
-    model = dataclasses.replace(TINY, tokenizer=str(tmp_path / "tokenizer.json"))
+    model = dataclasses.replace(TINY_CPU, tokenizer=str(tmp_path / "tokenizer.json"))
     templated = RunningServer(EngineConfig(model=model))
     try:
         messages = [{"role": "robot", "content": "hi"}]

@@ -13,7 +13,7 @@ from llmbench.engine.serving.generation import Generation
 from llmbench.engine.serving.metrics import ServerMetrics
 from llmbench.engine.serving.tokenizer import load_tokenizer
 
-from tests.engine.serving.conftest import TINY
+from tests.engine.helpers import TINY_CPU
 
 TEXT = "Hello there, how are you?"
 
@@ -61,7 +61,7 @@ async def _collect(
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return load_tokenizer(TINY, PRESETS["tiny"])
+    return load_tokenizer(TINY_CPU, PRESETS["tiny"])
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
-from tests.engine.serving.conftest import start_server
-from tests.engine.test_core_process import process_gone
+from tests.engine.helpers import process_gone
+from tests.engine.serving.servers import start_server, stream_until_error
 
 MAX_TOKENS = 3
 
@@ -66,18 +66,6 @@ def test_a_thousand_concurrent_streams_lose_nothing_and_leak_nothing(split):
         assert server.state.metrics.finished.labels("tiny", "length")._value.get() == 1000
     finally:
         server.stop()
-
-
-def stream_until_error(url: str, opened: threading.Event, errors: list) -> None:
-    """Stream a long request; record (seconds from the first chunk to the error, the error message)."""
-    body = {"prompt": [5, 6, 7], "max_tokens": 1900, "ignore_eos": True, "stream": True}
-    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as response:
-        for line in response.iter_lines():
-            opened.set()
-            if line.startswith('data: {"error"'):
-                errors.append((time.monotonic(), json.loads(line[6:])["error"]["message"]))
-            elif line == "data: [DONE]":
-                return
 
 
 def test_killing_the_engine_core_fails_every_stream_within_5_s():

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
-from tests.engine.serving.conftest import start_server
+from tests.engine.serving.servers import start_server
 
 
 @pytest.fixture(scope="module")

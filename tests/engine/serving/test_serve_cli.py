@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from tests.engine.test_core_process import process_gone
+from tests.engine.helpers import process_gone
 
 CONFIG = "configs/quickstart.yaml"
 
