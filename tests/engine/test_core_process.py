@@ -191,26 +191,63 @@ def test_the_core_freezes_its_loaded_heap_and_collects_rarely(tmp_path, monkeypa
     assert settings["frozen"] > 1000  # torch and the model
 
 
-def test_steps_taken_together_keep_each_request_s_token_order(client):
+class _StepGate:
+    """A step hook holding the core before each step until the test allows it: the gate file's size is
+    the number of steps the core may run."""
+
+    def __init__(self):
+        self.path = os.environ["LLMBENCH_TEST_STEP_GATE"]
+        self.steps = 0
+
+    def before_step(self) -> None:
+        while os.path.getsize(self.path) <= self.steps:
+            time.sleep(0.001)
+        self.steps += 1
+
+    def close(self) -> None:
+        pass
+
+
+def step_gate_hook():
+    return _StepGate()
+
+
+def hold_outputs(core: EngineCoreClient, count: int) -> None:
+    """Receive the core's outputs without taking them, until `count` are held for the next step()."""
+    deadline = time.monotonic() + 60
+    while len(core._outputs) + len(core._last or ()) < count:
+        assert time.monotonic() < deadline, f"the core sent {len(core._outputs)} outputs, not {count}"
+        core._receive(timeout_ms=100)
+
+
+def test_steps_taken_together_keep_each_request_s_token_order(tmp_path, monkeypatch):
     """Plain decodes cross the split as two lists; several of the core's steps read in one call keep
-    every request's tokens in order, the earlier steps' plain decodes built as RequestOutputs."""
+    every request's tokens in order, the earlier steps' plain decodes built as RequestOutputs. The core
+    runs only the steps the test lets it, so the same steps are taken together on any host."""
+    gate = tmp_path / "gate"
+    gate.write_bytes(b"")
+    monkeypatch.setenv("LLMBENCH_TEST_STEP_GATE", str(gate))
     prompts = [[(5 * i + j) % 400 + 3 for j in range(4 + 3 * i)] for i in range(4)]
     params = SamplingParams(max_tokens=20, ignore_eos=True)
-    for i, prompt in enumerate(prompts):
-        client.add_request(f"t{i}", prompt, params)
-    tokens, finished, num_plain = {}, {}, 0
-    while client.has_unfinished():
-        time.sleep(0.02)  # the core runs several steps meanwhile
-        step = client.step()
-        num_plain += len(step.decode_request_ids)
-        for output in step:
-            assert output.request_id not in finished
+    expected, _ = run_to_completion(LLMEngine(EngineConfig(**TINY)), prompts, params)
+    core = EngineCoreClient(EngineConfig(**TINY, process_split=True), step_hook=f"{__name__}:step_gate_hook")
+    try:
+        for i, prompt in enumerate(prompts):
+            core.add_request(str(i), prompt, params)
+        assert len(core.step()) == 0  # the requests are sent; the core waits before its first step
+        gate.write_bytes(b"s" * 5)  # the prefill (every first token), then four steps of plain decodes
+        hold_outputs(core, 5 * len(prompts))
+        taken = core.step()
+        assert taken.decode_request_ids == ["0", "1", "2", "3"]  # the last step's, still two lists
+        assert len(taken.outputs) == 4 * len(prompts)  # the four steps before, as RequestOutputs
+        tokens = {}
+        for output in taken:
             tokens.setdefault(output.request_id, []).extend(output.new_token_ids)
-            if output.finished:
-                finished[output.request_id] = output
-    assert num_plain > 0
-    assert {k: o.token_ids for k, o in finished.items()} == tokens and all(
-        len(t) == 20 for t in tokens.values()
-    )
-    local_tokens, _ = run_to_completion(LLMEngine(EngineConfig(**TINY)), prompts, params)
-    assert list(tokens.values()) == list(local_tokens.values())
+        assert tokens == {rid: t[:5] for rid, t in expected.items()}
+        gate.write_bytes(b"s" * 1000)
+        rest, finished = drain(core)
+    finally:
+        core.shutdown()
+    for rid, later in rest.items():
+        tokens[rid] += later
+    assert tokens == expected and {rid: o.token_ids for rid, o in finished.items()} == expected
