@@ -22,7 +22,7 @@ from llmbench.cli.common import (
     usage_error,
 )
 from llmbench.cli.console import RunProgress, console, metrics_table, setup_logging
-from llmbench.cli.studies import ablate, soak, sweep
+from llmbench.cli.studies import ablate, capacity, soak, sweep
 from llmbench.config.load import ConfigFileError, load_config
 from llmbench.engine.config import ConfigError
 from llmbench.run.directory import RunDirError, check_run_dir
@@ -119,7 +119,7 @@ def serve(
         serve_http(cfg.engine, host, port)
 
 
-for study in (ablate, sweep, soak):
+for study in (ablate, sweep, capacity, soak):
     app.command()(study)
 
 

@@ -1,5 +1,5 @@
-"""The study commands: `ablate`, `sweep` and `soak` run one workload many times and set the runs side by
-side. Registered on the `llmbench` app by cli/app.py."""
+"""The study commands: `ablate`, `sweep`, `capacity` and `soak` run one workload many times and set the
+runs side by side. Registered on the `llmbench` app by cli/app.py."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from llmbench.cli.common import (
     print_wide,
     save_json,
     show_report,
+    usage_error,
 )
 from llmbench.cli.console import RunProgress, console, setup_logging
 from llmbench.config.load import ConfigFileError
@@ -96,6 +97,54 @@ def sweep(
     with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
         result = run_sweep(config, set_ or [], rates, out, progress)
     _show_study(sweep_table(result.data), result, no_report)
+
+
+def capacity(
+    config: Annotated[Path, typer.Argument(help="YAML run config with at least one SLO (slo.*)")],
+    by: Annotated[str, typer.Option(help="The load searched: rate (req/s) or concurrency")] = "rate",
+    target: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Share of requests that must meet every SLO")
+    ] = 0.95,
+    start: Annotated[
+        float | None, typer.Option(help="First load probed (default: the config's rate or concurrency)")
+    ] = None,
+    lowest: Annotated[float | None, typer.Option(help="Lowest load probed (default 0.1 req/s, or 1)")] = None,
+    highest: Annotated[
+        float | None, typer.Option(help="Highest load probed (default 1000 req/s, or 1024)")
+    ] = None,
+    tolerance: Annotated[
+        float, typer.Option(min=0.001, help="Rates: stop when the answer's interval is this narrow, relative")
+    ] = 0.1,
+    repeats: Annotated[
+        int, typer.Option(min=1, help="Runs at each of the two loads bounding the answer")
+    ] = 3,
+    max_runs: Annotated[int, typer.Option(min=1, help="Most runs in all")] = 30,
+    set_: SetOption = None,
+    out: Annotated[Path | None, typer.Option(help="Directory (default: runs/NAME-capacity-TIME)")] = None,
+    no_report: NoReportOption = False,
+    verbose: VerboseOption = False,
+) -> None:
+    """Find the highest request rate (or concurrency) at which enough requests meet every SLO.
+
+    Doubles or halves the load until one probe passes and one fails, bisects between them, and reruns
+    the two bounding loads; writes capacity.json, capacity.png and a run directory per run.
+
+    Example:
+
+        llmbench capacity configs/llama3-8b-sharegpt.yaml --set backend.type=server --target 0.95
+    """
+    from llmbench.studies.capacity import CapacityError, CapacityOptions, run_capacity
+    from llmbench.studies.capacity_view import capacity_table
+
+    setup_logging(verbose)
+    if by not in ("rate", "concurrency"):
+        raise usage_error(f"--by: expected rate or concurrency, got {by!r}")
+    options = CapacityOptions(by, target, start, lowest, highest, tolerance, repeats, max_runs)
+    user_errors = (CapacityError, ConfigFileError, ConfigError, WorkloadError, RunDirError)
+    failure = f"capacity search failed; runs measured so far are in {out or 'runs/'}"
+    with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
+        result = run_capacity(config, set_ or [], options, out, progress)
+    _show_study(capacity_table(result.data), result, no_report)
 
 
 def _show_study(table: Table, result: StudyResult, no_report: bool) -> None:

@@ -1,0 +1,156 @@
+"""`llmbench capacity`: the highest request rate (or concurrency) at which the share of requests meeting
+every SLO stays at or above a target, found by the search in capacity_search.py with ordinary runs
+against any backend. Each run is a `llmbench run` in a sub-directory; capacity.json holds the probes
+and the answer's interval (rewritten after every run), capacity.png the probes' shares, and the
+directory's summary.json is the last run at the highest passing load, so `report` and `compare` can
+take it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llmbench.config.load import load_config
+from llmbench.config.schema import RunConfig
+from llmbench.run.result_files import default_run_dir
+from llmbench.studies.capacity_search import SearchResult, SearchSpace, find_capacity
+from llmbench.studies.capacity_view import capacity_plot
+from llmbench.studies.study import StudyResult, run_point, write_json
+from llmbench.studies.sweep import rate_overrides
+
+if TYPE_CHECKING:
+    from llmbench.cli.console import RunProgress
+
+logger = logging.getLogger(__name__)
+
+
+class CapacityError(ValueError):
+    """Unusable search settings (exit code 2)."""
+
+
+class _Interrupted(Exception):
+    """A run was cut short by Ctrl-C: the search stops, keeping what it measured."""
+
+
+@dataclass(frozen=True)
+class CapacityOptions:
+    by: str = "rate"  # or "concurrency"
+    target: float = 0.95  # the goodput share a load must reach
+    start: float | None = None  # default: the config's arrival rate or max_concurrency (else 8)
+    lowest: float | None = None  # default: 0.1 req/s, or 1
+    highest: float | None = None  # default: 1,000 req/s, or 1,024
+    tolerance: float = 0.1  # rates: the answer's interval is at most this wide, relative to its bottom
+    repeats: int = 3  # runs at each of the two loads that bound the answer
+    max_runs: int = 30
+
+    def space(self, base: RunConfig) -> SearchSpace:
+        integer = self.by == "concurrency"
+        lowest = self.lowest if self.lowest is not None else (1.0 if integer else 0.1)
+        highest = self.highest if self.highest is not None else (1024.0 if integer else 1000.0)
+        start = self.start
+        if start is None:
+            start = (base.workload.max_concurrency or 8) if integer else base.workload.arrival.rate
+        if integer and any(v != int(v) for v in (start, lowest, highest)):
+            raise CapacityError("--start, --lowest and --highest: concurrency takes whole numbers")
+        if not 0 < lowest <= start <= highest:
+            raise CapacityError(
+                f"expected 0 < --lowest ({lowest:g}) <= --start ({start:g}) <= --highest ({highest:g})"
+            )
+        return SearchSpace(float(start), float(lowest), float(highest), integer, self.tolerance)
+
+
+def run_capacity(
+    config_path: Path,
+    overrides: list[str],
+    options: CapacityOptions,
+    out_dir: Path | None,
+    progress: RunProgress | None = None,
+) -> StudyResult:
+    base = load_config(config_path, overrides)
+    if not base.slo.any:
+        raise CapacityError(
+            f"{config_path.name}: set slo.ttft_ms, slo.tpot_ms or slo.e2el_ms: the search looks for the "
+            "highest load meeting them"
+        )
+    space = options.space(base)
+    out_dir = Path(out_dir or default_run_dir(f"{base.name}-capacity"))
+    command = ["llmbench", "capacity", str(config_path), *[a for o in overrides for a in ("--set", o)]]
+    data: dict[str, Any] = {
+        "command": shlex.join(command),
+        "options": asdict(options),
+        "complete": False,
+        "runs": [],
+    }
+    result = StudyResult(out_dir, data)
+
+    def measure(value: float, repeat: int) -> float:
+        label = f"{value:g}"
+        directory = f"{len(data['runs']):02d}-{options.by}-{label}-r{repeat}"
+        config = load_config(
+            config_path,
+            [
+                *overrides,
+                *_load_overrides(options.by, value, base),
+                f"workload.seed={base.workload.seed + repeat}",
+            ],
+        )
+        config.name = f"{base.name} @ {label} {'concurrent' if options.by == 'concurrency' else 'req/s'}"
+        logger.info("%s %s, run %d", options.by, label, repeat + 1)
+        run = run_point(config, config_path, out_dir / directory, progress, CapacityError)
+        share = goodput_share(run.summary["metrics"])
+        data["runs"].append(
+            {
+                "value": value,
+                "repeat": repeat,
+                "run_dir": directory,
+                "goodput_share": share,
+                "metrics": run.summary["metrics"],
+            }
+        )
+        write_json(out_dir / "capacity.json", data)
+        if run.interrupted:
+            raise _Interrupted
+        return share
+
+    try:
+        search = find_capacity(space, measure, options.target, options.repeats, options.max_runs)
+    except _Interrupted:
+        result.interrupted = True
+        return result
+    data.update(answer(search, options.target), complete=search.complete)
+    write_json(out_dir / "capacity.json", data)
+    at_answer = [run for run in data["runs"] if run["value"] == search.passing]
+    if at_answer:  # the last run at the highest passing load stands for the search
+        summary = json.loads((out_dir / at_answer[-1]["run_dir"] / "summary.json").read_text())
+        write_json(out_dir / "summary.json", {**summary, "name": base.name})
+    capacity_plot(data, out_dir / "capacity.png")
+    return result
+
+
+def goodput_share(metrics: dict[str, Any]) -> float:
+    """The share of a run's timed requests that met every SLO; failed and unstarted ones did not."""
+    total = metrics["completed"] + metrics["failed"] + metrics.get("not_started", 0)
+    good = round((metrics["request_goodput"] or 0.0) * metrics["duration_s"])
+    return good / total if total else 0.0
+
+
+def answer(search: SearchResult, target: float) -> dict[str, Any]:
+    """The probes and the interval the highest load meeting the target is known to lie in."""
+    return {
+        "passing": search.passing,
+        "failing": search.failing,
+        "probes": [
+            {"value": p.value, "shares": p.shares, "goodput_share": p.share, "passed": p.passed(target)}
+            for p in sorted(search.probes, key=lambda p: p.value)
+        ],
+    }
+
+
+def _load_overrides(by: str, value: float, base: RunConfig) -> list[str]:
+    if by == "concurrency":
+        return [f"workload.max_concurrency={int(value)}"]
+    return rate_overrides(value, base)

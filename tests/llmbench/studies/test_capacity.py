@@ -1,0 +1,101 @@
+"""`llmbench capacity` end to end on the null executor with a simulated forward: in process and through
+our HTTP server. The engine cannot go faster than its simulated device (each forward sleeps 10 ms, at
+most 2 sequences run, each needs 4 forwards), so at 160 req/s most requests must miss a 150 ms E2EL
+whatever the machine: the answer's failing bound lies at or below it. Everything else is checked
+against what the runs measured, not against timings."""
+
+import json
+
+import pytest
+import yaml
+from llmbench.engine.config import EngineConfig, ModelConfig
+from typer.testing import CliRunner
+
+from llmbench.cli import app
+from llmbench.studies.capacity import goodput_share
+from tests.engine.serving.servers import RunningServer
+
+NULL_DEVICE = {
+    "name": "knee",
+    "model": {"preset": "tiny", "executor": "null", "null_forward_ms": 10.0},
+    "engine": {"max_num_seqs": 2, "max_num_batched_tokens": 256},
+    "workload": {
+        "num_requests": 24,
+        "input": {"mean": 8},
+        "output": {"mean": 4},
+        "arrival": {"process": "constant", "rate": 20},
+    },
+    "slo": {"e2el_ms": 150},
+    "output": {"report": False},
+}
+
+
+def search(tmp_path, config, *args):
+    path = tmp_path / "knee.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "search"
+    result = CliRunner().invoke(app, ["capacity", str(path), "--out", str(out), "--no-report", *args])
+    return result, out
+
+
+def check_answer(out, target=0.95, repeats=2, tolerance=0.5):
+    data = json.loads((out / "capacity.json").read_text())
+    assert data["complete"]
+    passing, failing = data["passing"], data["failing"]
+    assert passing is not None and failing is not None
+    assert failing <= 160 and failing <= passing * (1 + tolerance)
+    probes = {p["value"]: p for p in data["probes"]}
+    for probe in probes.values():
+        assert probe["passed"] == (probe["goodput_share"] >= target)
+        if probe["value"] < failing:  # below the lowest failing load, every probe passed
+            assert probe["passed"]
+    assert len(probes[passing]["shares"]) == len(probes[failing]["shares"]) == repeats
+    for run in data["runs"]:  # each run's share is what its own summary says
+        summary = json.loads((out / run["run_dir"] / "summary.json").read_text())
+        assert run["goodput_share"] == goodput_share(summary["metrics"])
+    assert (out / "capacity.png").stat().st_size > 0
+    assert json.loads((out / "summary.json").read_text())["config"]["workload"]["arrival"]["rate"] == passing
+    return data
+
+
+def test_the_search_finds_the_knee_of_the_null_executor_within_its_interval(tmp_path):
+    result, out = search(tmp_path, NULL_DEVICE, "--start", "20", "--tolerance", "0.5", "--repeats", "2")
+    assert result.exit_code == 0, result.output
+    data = check_answer(out)
+    assert "answer: at least" in result.output
+    assert [r["repeat"] for r in data["runs"]].count(1) == 2  # one rerun at each bound
+
+
+def test_the_search_finds_the_knee_through_our_http_server(tmp_path):
+    model = ModelConfig(preset="tiny", executor="null", null_forward_ms=10.0)
+    server = RunningServer(EngineConfig(model=model, max_num_seqs=2, max_num_batched_tokens=256))
+    try:
+        config = {**NULL_DEVICE, "backend": {"type": "openai", "url": f"{server.url}/v1"}}
+        result, out = search(tmp_path, config, "--start", "20", "--tolerance", "0.5", "--repeats", "2")
+    finally:
+        server.stop()
+    assert result.exit_code == 0, result.output
+    check_answer(out)
+
+
+@pytest.mark.parametrize(
+    ("change", "args", "message"),
+    [
+        ({"slo": {}}, [], "knee.yaml: set slo.ttft_ms, slo.tpot_ms or slo.e2el_ms"),
+        ({}, ["--by", "tokens"], "--by: expected rate or concurrency, got 'tokens'"),
+        ({}, ["--start", "5000"], "expected 0 < --lowest (0.1) <= --start (5000) <= --highest (1000)"),
+        ({}, ["--by", "concurrency", "--start", "2.5"], "concurrency takes whole numbers"),
+    ],
+)
+def test_unusable_settings_are_one_line_and_exit_2(tmp_path, change, args, message):
+    result, out = search(tmp_path, {**NULL_DEVICE, **change}, *args)
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and message in line
+    assert not out.exists()
+
+
+def test_a_run_s_share_counts_failed_and_unstarted_requests_as_missing():
+    metrics = {"completed": 8, "failed": 1, "not_started": 1, "request_goodput": 3.5, "duration_s": 2.0}
+    assert goodput_share(metrics) == 0.7
+    assert goodput_share({**metrics, "request_goodput": None}) == 0.0
