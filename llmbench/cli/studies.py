@@ -4,7 +4,7 @@ runs side by side. Registered on the `llmbench` app by cli/app.py."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -26,7 +26,9 @@ from llmbench.config.load import ConfigFileError
 from llmbench.engine.config import ConfigError
 from llmbench.run.directory import RunDirError
 from llmbench.run.workload import WorkloadError
-from llmbench.studies.study import StudyResult
+
+if TYPE_CHECKING:
+    from llmbench.studies.study import StudyResult
 
 
 def ablate(

@@ -16,14 +16,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmbench.backends.base import Backend
 from llmbench.backends.factory import make_backend
-from llmbench.cli.console import RunProgress
 from llmbench.config.schema import RunConfig
-from llmbench.device.ceilings import run_ceilings, run_clock_sampler, run_clocks
-from llmbench.device.clocks import ClockSampler
+from llmbench.device.ceilings import run_ceilings, run_clock_sampler
 from llmbench.device.environment import collect_environment
 from llmbench.engine.gc_heap import freeze_heap
 from llmbench.engine.request import RequestOutput
@@ -38,7 +36,11 @@ from llmbench.run.result_files import ResultWriter
 from llmbench.run.sessions import Sessions
 from llmbench.run.step_rows import StepRows
 from llmbench.run.summary import build_summary, nothing_completed
+from llmbench.run.telemetry import Telemetry
 from llmbench.run.workload import Workload, WorkloadRequest, build_workload
+
+if TYPE_CHECKING:
+    from llmbench.cli.console import RunProgress
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +70,7 @@ class _RunState:
     records: list[RequestRecord] = field(default_factory=list)
     window: ProfileWindow | None = None  # under `llmbench profile`: starts and stops the profiler
     not_started: int = 0  # of the current phase: requests without a token when it was cut short
-    clocks: ClockSampler | None = None  # samples the SM clock during timed trials
+    telemetry: Telemetry | None = None  # the GPU and the server's /metrics during timed trials
 
 
 def run_benchmark(
@@ -101,7 +103,10 @@ def run_benchmark(
         writer = ResultWriter(run_dir, config_dict, run_start, config.output.save_tokens, replace)
         window = None if backend.profiles_own_steps else window_from_env()
         steps = StepRows(backend, writer)
-        state = _RunState(backend, writer, config, progress, run_start, steps, window=window, clocks=clocks)
+        telemetry = Telemetry(config, backend, clocks, run_start)
+        state = _RunState(
+            backend, writer, config, progress, run_start, steps, window=window, telemetry=telemetry
+        )
         trial_metrics: list[dict[str, Any]] = []
         complete = interrupted = False
         stopped = None
@@ -129,8 +134,9 @@ def run_benchmark(
                 trials=trial_metrics,
                 steps=summarize_steps(state.steps.rows, config_dict)
                 | bound_summary(state.steps.rows, config_dict, ceilings, trial_metrics)
-                | run_clocks(clocks),
+                | telemetry.steps_summary(),
             )
+            telemetry.finish(summary, run_dir)
             if config.workload.session.turns > 1:
                 summary["turns"] = per_turn_metrics(state.records, config.output.percentiles, config.slo)
             if stopped:
@@ -160,7 +166,7 @@ def _run_trials(
     for k, workload in enumerate(workloads):
         start = len(state.records)
         try:
-            with state.clocks or contextlib.nullcontext():
+            with state.telemetry or contextlib.nullcontext():
                 _run_phase(state, workload.requests, trial=k, warmup=False, label=f"trial {k + 1}/{repeat}")
         finally:
             metrics = compute_metrics(

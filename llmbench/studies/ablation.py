@@ -14,9 +14,8 @@ import shlex
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llmbench.cli.console import RunProgress
 from llmbench.config.load import load_config
 from llmbench.config.schema import RunConfig
 from llmbench.device.clocks import merge_readings
@@ -24,6 +23,9 @@ from llmbench.metrics.requests import median_over_trials
 from llmbench.metrics.trial_stats import bootstrap_median_ci, bootstrap_ratio_ci, ratio
 from llmbench.run.result_files import default_run_dir
 from llmbench.studies.study import StudyResult, run_point, write_json
+
+if TYPE_CHECKING:
+    from llmbench.cli.console import RunProgress
 
 logger = logging.getLogger(__name__)
 

@@ -9,15 +9,17 @@ import logging
 import math
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from llmbench.cli.console import RunProgress
 from llmbench.config.load import load_config
 from llmbench.config.schema import RunConfig
 from llmbench.run.result_files import default_run_dir
 from llmbench.studies.study import StudyResult, run_point, write_json
+
+if TYPE_CHECKING:
+    from llmbench.cli.console import RunProgress
 
 logger = logging.getLogger(__name__)
 

@@ -72,7 +72,7 @@ def collected_results(root: Path) -> Path:
         "throughput_bundled.json",
         {**run, "metrics": {"output_throughput": 10997.0}, "steps": {"mean_gpu_ms": 9.9}},
     )
-    profile = Path(__file__).parent.parent / "data" / "nsys" / "profile_all_on.json"
+    profile = Path(__file__).parents[2] / "data" / "nsys" / "profile_all_on.json"
     (root / "profile_all_on.json").write_text(profile.read_text())
     write("decode_bs1.json", {"command": "python h200_decode.py", "wall_ms_per_token": {"graphs": 4.04}})
     kernel = {"kernel": "paged_decode_attention", "shape": "B=64 ctx=2048", "median_us": 136.6}

@@ -17,7 +17,7 @@ from llmbench.profiling.nsys_stats import (
 )
 from llmbench.profiling.report_section import profile_section_html
 
-DATA = Path(__file__).parent.parent / "data"
+DATA = Path(__file__).parents[2] / "data"
 # `llmbench profile configs/llama3-8b-decode.yaml --nsys` on an H200 (benchmarks/h200_ablate_profile.sh):
 # Llama-3-8B, 256 sequences decoding, every optimization off (steps 300:310) and on (steps 45:48); the
 # tables nsys stats wrote, the kernel trace gzipped, and the profile.json the run wrote from them

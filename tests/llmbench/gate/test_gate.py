@@ -30,7 +30,7 @@ from llmbench.gate.perf_gate import (
 )
 from tests.llmbench.conftest import NULL_RUN
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 GATE = ROOT / "scripts" / "perf_gate.sh"
 
 

@@ -4,7 +4,11 @@ bandwidth) at the measured ceilings, summed, against the run's output tokens and
 import pytest
 
 from llmbench.metrics.roofline import bound_summary, measured_costs
-from tests.llmbench.test_step_stats import TINY_KV_BYTES_PER_TOKEN, TINY_MATMUL_PARAMS, TINY_PARAM_BYTES
+from tests.llmbench.metrics.test_step_stats import (
+    TINY_KV_BYTES_PER_TOKEN,
+    TINY_MATMUL_PARAMS,
+    TINY_PARAM_BYTES,
+)
 
 TINY = {"model": {"preset": "tiny", "dtype": "bfloat16"}}
 LLAMA3_8B = {"model": {"preset": "llama3-8b", "dtype": "bfloat16"}}

@@ -22,7 +22,7 @@ from llmbench.profiling.profile_run import profile_run
 from llmbench.profiling.steps import ProfileError, StepRange, parse_steps
 from llmbench.profiling.window import ProfileWindow, window_from_env
 
-DATA = Path(__file__).parent.parent / "data"
+DATA = Path(__file__).parents[2] / "data"
 # the nsys stats tables captured on the H200 with every optimization on (see test_nsys_stats.py)
 ALL_ON = DATA / "nsys" / "all_on"
 
