@@ -200,6 +200,23 @@ class BackendConfig:
 
 
 @dataclass
+class TelemetryConfig:
+    """What a run records beside the client's view (llmbench/run/telemetry.py): the target server's own
+    Prometheus /metrics during an HTTP run (openai, server backends). GPU power and energy are read
+    through NVML whenever the model runs on a local NVIDIA GPU, with no setting."""
+
+    server_metrics: bool = True
+    metrics_url: str | None = None  # default: beside the server's API (backend.url's host + /metrics)
+    scrape_interval_s: float = bounded(1.0, gt=0)
+
+    def __post_init__(self) -> None:
+        if self.metrics_url is not None and not re.fullmatch(r"https?://[^\s/?#]+(/\S*)?", self.metrics_url):
+            raise ConfigError(
+                "metrics_url", f"expected an http:// or https:// URL, got {clip(repr(self.metrics_url), 60)}"
+            )
+
+
+@dataclass
 class HardwareConfig:
     """How much of the machine a run uses, and the peak figures MBU and MFU are judged against (unset:
     H200 defaults, 4,200 GB/s and 784 TFLOP/s). `llmbench env --bandwidth` measures the copy bandwidth
@@ -224,6 +241,7 @@ class RunConfig:
     output: OutputConfig = field(default_factory=OutputConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     def __post_init__(self) -> None:
         # the name becomes a directory under results/ (its slashes replaced): it must stay there

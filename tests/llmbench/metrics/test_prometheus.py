@@ -1,0 +1,99 @@
+"""Reading a server's Prometheus text into the quantities a run keeps, whichever server wrote it, and
+summarizing scrapes into increases, server-side means and gauge statistics."""
+
+import pytest
+
+from llmbench.metrics.prometheus import ExpositionError, known_quantities, parse_samples
+from llmbench.metrics.server_side import summarize_scrapes
+
+VLLM = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_waiting{engine="0",model_name="m"} 1.0
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.25
+vllm:prompt_tokens_total{engine="0",model_name="m"} 1200.0
+vllm:generation_tokens_total{engine="0",model_name="m"} 300.0
+vllm:request_success_total{finished_reason="length",model_name="m"} 7.0
+vllm:request_success_total{finished_reason="stop",model_name="m"} 3.0
+vllm:num_preemptions_total{engine="0",model_name="m"} 2.0
+vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 10.0
+vllm:time_to_first_token_seconds_count{model_name="m"} 10.0
+vllm:time_to_first_token_seconds_sum{model_name="m"} 1.5
+vllm:time_per_output_token_seconds_count{model_name="m"} 290.0
+vllm:time_per_output_token_seconds_sum{model_name="m"} 5.8 1700000000000
+"""
+
+SGLANG = """\
+sglang:num_running_reqs{model_name="m"} 4
+sglang:num_queue_reqs{model_name="m"} 0
+sglang:token_usage{model_name="m"} 0.28
+sglang:prompt_tokens_total{model_name="m"} 7.0
+sglang:generation_tokens_total{model_name="m"} 8.0
+sglang:time_to_first_token_seconds_sum{model_name="m"} 0.3
+sglang:time_to_first_token_seconds_count{model_name="m"} 2.0
+"""
+
+
+def test_vllm_text_gives_every_quantity_summed_over_label_sets():
+    values, sources = known_quantities(parse_samples(VLLM))
+    assert values == {
+        "running": 3.0,
+        "waiting": 1.0,
+        "kv_cache_usage": 0.375,  # a fraction: averaged over the engines, not summed
+        "prompt_tokens": 1200.0,
+        "generation_tokens": 300.0,
+        "requests_finished": 10.0,
+        "preemptions": 2.0,
+        "ttft_sum": 1.5,
+        "ttft_count": 10.0,
+        "itl_sum": 5.8,
+        "itl_count": 290.0,
+    }
+    assert sources["itl"] == "vllm:time_per_output_token_seconds"
+    assert sources["running"] == "vllm:num_requests_running"
+
+
+def test_sglang_text_maps_onto_the_same_names_and_leaves_out_what_it_lacks():
+    values, sources = known_quantities(parse_samples(SGLANG))
+    assert values["running"] == 4 and values["kv_cache_usage"] == 0.28 and values["ttft_count"] == 2
+    assert "preemptions" not in values and "itl_sum" not in values
+    assert sources["waiting"] == "sglang:num_queue_reqs"
+
+
+def test_an_unknown_server_gives_nothing():
+    assert known_quantities(parse_samples("process_cpu_seconds_total 12.5\n")) == ({}, {})
+
+
+@pytest.mark.parametrize("text", ["<html>not found</html>", 'vllm:x{a="b"} many'])
+def test_text_that_is_not_the_exposition_format_is_refused(text):
+    with pytest.raises(ExpositionError, match="line 1"):
+        parse_samples(text)
+
+
+def test_scrapes_become_increases_per_trial_server_means_and_gauge_statistics():
+    def row(t, trial, tokens, ttft_sum, ttft_count, running):
+        return (t, trial, {"generation_tokens": tokens, "ttft_sum": ttft_sum, "ttft_count": ttft_count,
+                           "running": running})  # fmt: skip
+
+    rows = [
+        row(0.0, 0, 100, 1.0, 10, 0),
+        row(1.0, 0, 150, 2.0, 20, 4),
+        row(2.0, 0, 200, 3.0, 30, 2),
+        # between the trials the server served the warm-up of nothing; the counters jumped meanwhile
+        row(9.0, 1, 500, 10.0, 100, 6),
+        row(10.0, 1, 600, 12.0, 110, 0),
+    ]
+    summary = summarize_scrapes(rows)
+    assert summary["scrapes"] == 5
+    assert summary["generation_tokens"] == 100 + 100
+    assert summary["server_mean_ttft_ms"] == pytest.approx((2.0 + 2.0) / (20 + 10) * 1000)
+    assert summary["mean_running"] == pytest.approx(12 / 5) and summary["max_running"] == 6
+    assert summary["prompt_tokens"] is None and summary["server_mean_itl_ms"] is None
+    assert summary["mean_waiting"] is None
+
+
+def test_a_counter_that_went_down_was_reset_and_its_increase_is_unknown():
+    rows = [(0.0, 0, {"prompt_tokens": 50.0}), (1.0, 0, {"prompt_tokens": 10.0})]
+    assert summarize_scrapes(rows)["prompt_tokens"] is None
