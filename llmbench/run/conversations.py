@@ -12,7 +12,7 @@ from llmbench.backends.base import ModelInfo
 from llmbench.config.schema import RunConfig
 from llmbench.run.workload import WorkloadError, load_tokenizer, read_dataset_json
 
-_ORDER = 29  # stream id of the conversations' order
+_ORDER = 30  # stream id of the conversations' order
 
 Conversation = list[tuple[list[int], list[int]]]  # (user turn, answer) token ids, in order
 

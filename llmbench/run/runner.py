@@ -30,6 +30,7 @@ from llmbench.metrics.roofline import bound_summary
 from llmbench.metrics.steps import summarize_steps
 from llmbench.metrics.turns import per_turn_metrics
 from llmbench.profiling.window import ProfileWindow, window_from_env
+from llmbench.run.plan import Workload, build_workload
 from llmbench.run.recorder import DeferredOutputs, new_record, sampling_params
 from llmbench.run.records import RequestRecord
 from llmbench.run.result_files import ResultWriter
@@ -37,7 +38,7 @@ from llmbench.run.sessions import Sessions
 from llmbench.run.step_rows import StepRows
 from llmbench.run.summary import build_summary, nothing_completed
 from llmbench.run.telemetry import Telemetry
-from llmbench.run.workload import Workload, WorkloadRequest, build_workload
+from llmbench.run.workload import WorkloadRequest
 
 if TYPE_CHECKING:
     from llmbench.cli.console import RunProgress

@@ -15,16 +15,20 @@ from llmbench.backends.base import ModelInfo
 from llmbench.config.schema import RunConfig
 from llmbench.run.conversations import Conversation, load_conversations
 from llmbench.run.sessions import Session, Sessions, Turn
-from llmbench.run.workload import Workload, WorkloadError, sample_lengths, synthetic_tokens
+from llmbench.run.workload import (
+    WorkloadError,
+    arrival_times,
+    sample_lengths,
+    shared_prefixes,
+    synthetic_tokens,
+)
 
 # stream ids of their own, apart from workload.py's and the traces'
-_USER_LENGTHS, _ANSWER_LENGTHS, _USER_TOKENS, _ANSWER_TOKENS, _THINK = range(24, 29)
+_USER_LENGTHS, _ANSWER_LENGTHS, _USER_TOKENS, _ANSWER_TOKENS, _THINK, _STARTS = range(24, 30)
 
 
-def session_workload(
-    config: RunConfig, info: ModelInfo, starts: np.ndarray, prefixes: list[list[int]]
-) -> Workload:
-    """The timed sessions, starting at `starts`, and the warm-up ones, all starting at once."""
+def session_workload(config: RunConfig, info: ModelInfo) -> tuple[Sessions, Sessions]:
+    """The warm-up sessions, all starting at once, and the timed ones, starting on the arrival process."""
     wl = config.workload
     conversations = None
     if wl.dataset.type == "sharegpt":
@@ -35,10 +39,12 @@ def session_workload(
                 f"need {wl.num_requests + wl.warmup_requests} sessions (num_requests + warmup_requests)"
             )
     n = wl.num_requests
+    starts = arrival_times(wl.arrival, n, np.random.default_rng([wl.seed, 0, _STARTS]))
+    prefixes = shared_prefixes(config, info)
     timed = plan_sessions(config, info, starts, 0, "", prefixes, conversations and conversations[:n])
     rest = conversations and conversations[n : n + wl.warmup_requests]
     warmup = plan_sessions(config, info, np.zeros(wl.warmup_requests), 1, "warmup-", prefixes, rest)
-    return Workload(warmup=warmup, requests=timed)
+    return warmup, timed
 
 
 def plan_sessions(

@@ -16,7 +16,7 @@ import numpy as np
 from llmbench.backends.base import ModelInfo
 from llmbench.config.schema import RunConfig
 from llmbench.run.traces import MOONCAKE_BLOCK_TOKENS, TraceError, TraceRow, read_trace
-from llmbench.run.workload import Workload, WorkloadError, WorkloadRequest, synthetic_tokens
+from llmbench.run.workload import Requests, WorkloadError, WorkloadRequest, synthetic_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +24,8 @@ logger = logging.getLogger(__name__)
 _BLOCKS, _OWN_TOKENS, _WARMUP_TOKENS = 16, 17, 18
 
 
-def trace_workload(config: RunConfig, info: ModelInfo) -> Workload:
+def trace_workload(config: RunConfig, info: ModelInfo) -> tuple[Requests, Requests]:
+    """The warm-up and timed requests of the trace."""
     wl = config.workload
     rows = _usable_rows(config, info, wl.num_requests + wl.warmup_requests)
     timed, rest = rows[: wl.num_requests], rows[wl.num_requests :]
@@ -44,7 +45,7 @@ def trace_workload(config: RunConfig, info: ModelInfo) -> Workload:
         WorkloadRequest(f"warmup-{i}", 0.0, synthetic_tokens(row.input_length, info, rng), row.output_length)
         for i, row in enumerate(rest)
     ]
-    return Workload(warmup=warmup, requests=requests)
+    return warmup, requests
 
 
 class BlockTokens:

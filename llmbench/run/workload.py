@@ -16,13 +16,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from llmbench.backends.base import ModelInfo
-from llmbench.config.schema import TRACE_DATASETS, ArrivalConfig, LengthConfig, RunConfig
+from llmbench.config.schema import ArrivalConfig, LengthConfig, RunConfig
 from llmbench.run.ramp import offered_rates, ramped_times
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
-
-    from llmbench.run.sessions import Sessions
 
 # stream ids: one random generator per purpose
 _INPUT, _OUTPUT, _TOKENS, _ARRIVAL, _PREFIX, _DATASET = range(6)
@@ -44,35 +42,20 @@ class WorkloadRequest:
     turn: int | None = None
 
 
-@dataclass(frozen=True)
-class Workload:
-    # single requests, or multi-turn sessions whose later turns exist only once earlier ones finished
-    warmup: list[WorkloadRequest] | Sessions
-    requests: list[WorkloadRequest] | Sessions
+Requests = list[WorkloadRequest]
 
 
-def build_workload(config: RunConfig, info: ModelInfo, trial: int = 0) -> Workload:
-    """The warm-up and timed requests for `config` (seeded with workload.seed + trial); the same
-    config and model give the same workload."""
-    seeded = dataclasses.replace(config.workload, seed=config.workload.seed + trial)
-    config = dataclasses.replace(config, workload=seeded)
+def single_requests(config: RunConfig, info: ModelInfo) -> tuple[Requests, Requests]:
+    """The warm-up and timed single-turn requests for `config`; the same config and model give the same
+    requests (llmbench/run/plan.py picks this, a trace or sessions, and seeds each trial)."""
     wl = config.workload
-    if wl.dataset.type in TRACE_DATASETS:
-        from llmbench.run.trace_workload import trace_workload  # it builds on this module's helpers
-
-        return trace_workload(config, info)
-    if wl.session.turns > 1:
-        from llmbench.run.session_plan import session_workload  # it builds on this module's helpers
-
-        starts = arrival_times(wl.arrival, wl.num_requests, _rng(wl.seed, 0, _ARRIVAL))
-        return session_workload(config, info, starts, _prefixes(config, info))
     dataset = _load_sharegpt(config, info) if wl.dataset.type == "sharegpt" else None
     if dataset is not None and len(dataset) < wl.num_requests + wl.warmup_requests:
         raise WorkloadError(
             f"workload.dataset.path: {len(dataset)} usable conversations, "
             f"need {wl.num_requests + wl.warmup_requests} (num_requests + warmup_requests)"
         )
-    prefixes = _prefixes(config, info)
+    prefixes = shared_prefixes(config, info)
     timed = _requests(config, info, wl.num_requests, 0, dataset, prefixes, "")
     rest = dataset[wl.num_requests :] if dataset is not None else None
     warmup = _requests(config, info, wl.warmup_requests, 1, rest, prefixes, "warmup-")
@@ -83,7 +66,7 @@ def build_workload(config: RunConfig, info: ModelInfo, trial: int = 0) -> Worklo
         for r, t, rate in zip(timed, times, rates, strict=True)
     ]
     _check_fits(timed + warmup, info)
-    return Workload(warmup=warmup, requests=timed)
+    return warmup, timed
 
 
 def arrival_times(arrival: ArrivalConfig, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -161,7 +144,8 @@ def _requests(
     return [WorkloadRequest(f"{id_prefix}{i}", 0.0, prompts[i], output_lens[i], texts[i]) for i in range(n)]
 
 
-def _prefixes(config: RunConfig, info: ModelInfo) -> list[list[int]]:
+def shared_prefixes(config: RunConfig, info: ModelInfo) -> list[list[int]]:
+    """workload.prefix's groups: prefix_len tokens each, drawn once per seed."""
     prefix = config.workload.prefix
     _check_lengths([prefix.prefix_len], info)
     rng = _rng(config.workload.seed, 0, _PREFIX)

@@ -4,10 +4,10 @@ import pytest
 from llmbench.backends.base import ModelInfo
 from llmbench.config.load import parse_config
 from llmbench.config.schema import ArrivalConfig, LengthConfig
+from llmbench.run.plan import build_workload
 from llmbench.run.workload import (
     WorkloadError,
     arrival_times,
-    build_workload,
     sample_lengths,
     synthetic_tokens,
 )
