@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+import llmbench
 from llmbench.cli.common import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -36,6 +37,22 @@ app = typer.Typer(
 )
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"llmbench {llmbench.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool | None,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print llmbench's version"),
+    ] = None,
+) -> None:
+    pass
+
+
 @app.command()
 def run(
     config: Annotated[Path, typer.Argument(help="YAML run config, e.g. configs/quickstart.yaml")],
@@ -57,10 +74,7 @@ def run(
 
         llmbench run configs/quickstart.yaml --set workload.num_requests=16 --set engine.prefix_caching=false
     """
-    from llmbench.backends.factory import make_backend
-    from llmbench.engine.parallel.group import TensorParallelError
     from llmbench.run.result_files import default_run_dir
-    from llmbench.run.runner import run_benchmark
     from llmbench.run.summary import MAX_TRIALS
 
     setup_logging(verbose)
@@ -71,6 +85,11 @@ def run(
     run_dir = (out or Path(cfg.output.dir or default_run_dir(cfg.name))).expanduser()
     with exit_codes((RunDirError,)):
         check_run_dir(run_dir, force)  # again under the run's lock; here before the model loads
+    # torch and the engine load only now: every usage error above is reported without them
+    from llmbench.backends.factory import make_backend
+    from llmbench.engine.parallel.group import TensorParallelError
+    from llmbench.run.runner import run_benchmark
+
     # a ValueError: the model settings name something unusable (preset, path, device); Ctrl-C while
     # loading: nothing measured yet; a tensor-parallel rank that died while starting: the engine says which
     with exit_codes((ValueError,), f"{config.name}: ", interruptible=True, breakdowns=(TensorParallelError,)):
@@ -109,11 +128,11 @@ def serve(
 
         llmbench serve configs/quickstart.yaml --port 8000 --set engine.process_split=true
     """
-    from llmbench.engine.serving.api_server import serve as serve_http
-
     setup_logging(verbose)
     with exit_codes((ConfigFileError,)):
         cfg = load_config(config, set_ or [])
+    from llmbench.engine.serving.api_server import serve as serve_http  # torch: after the config's checks
+
     # a ValueError: unusable model settings; an OSError: the address is taken or not ours to bind
     with exit_codes((ValueError, OSError), f"{config.name}: ", interruptible=True):
         serve_http(cfg.engine, host, port)
@@ -252,7 +271,3 @@ def profile(
         tool = pick_tool(use_nsys, use_torch)
         run_dir = profile_run(config, tool, parse_steps(steps), out, set_ or [], ctx.args)
     console.print(f"profile: {run_dir / 'profile.json'}\nreport: {run_dir / 'report.html'}", highlight=False)
-
-
-def main() -> None:
-    app()

@@ -16,8 +16,10 @@ import statistics
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 SM_CLOCK = 1  # NVML_CLOCK_SM
 # NVML clock event reasons that lower the clock below what the load asks for (idle and the
@@ -92,6 +94,8 @@ class ClockSampler:
 def nvml_reader(device: torch.device) -> Callable[[], Sample] | None:
     """A function reading the device's SM clock and clock event reasons, or None where NVML is absent
     (no NVIDIA driver, a CPU run) or does not know the device."""
+    import torch  # here, not at the top: the CLI's tables describe readings without loading torch
+
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
         if nvml.nvmlInit_v2() != 0:

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llmbench.config.load import load_config
-from llmbench.device.environment import command_line
 from llmbench.profiling import nsys
 from llmbench.profiling.nsys_stats import load_stats
 from llmbench.profiling.profile_file import write_profile
@@ -67,6 +66,8 @@ def profile_run(
     else:
         summary = load_torch_summary(out_dir)
     # the profiling command itself: the run's summary.json names only the child `llmbench run`
+    from llmbench.device.environment import command_line  # torch: the child's run has finished
+
     write_profile(out_dir, {"tool": tool, "step_range": str(steps), "command": command_line(), **summary})
     from llmbench.report import write_report
 

@@ -7,9 +7,6 @@ import json
 import logging
 from pathlib import Path
 
-import torch
-from torch.profiler import ProfilerActivity, profile
-
 from llmbench.profiling.steps import ProfileError
 
 logger = logging.getLogger(__name__)
@@ -25,6 +22,10 @@ class TorchCapture:
     """One torch.profiler session, started and stopped around the chosen steps."""
 
     def __init__(self, out_dir: Path):
+        # torch here, not at the top: `llmbench profile` itself only reads what the capture wrote
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
         self.out_dir = out_dir
         self.cuda = torch.cuda.is_available()
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])

@@ -7,7 +7,6 @@ import logging
 from datetime import datetime, timezone
 from pathlib import Path
 
-from llmbench.report import plots
 from llmbench.report.load import ReportError
 from llmbench.report.page import build_page
 from llmbench.report.sections import render_html
@@ -29,6 +28,8 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     if not run_dirs:
         raise ReportError("give at least one run directory")
     page = build_page([Path(p) for p in run_dirs])
+    from llmbench.report import plots  # matplotlib: only once every directory has been read
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = [p.run for p in page.points if p.run is not None]

@@ -9,16 +9,18 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import yaml
 
 from llmbench.config.schema import OutputConfig, SloConfig
 from llmbench.metrics.requests import compute_metrics, latency_samples, median_over_trials
 from llmbench.metrics.steps import summarize_steps
 from llmbench.run.records import RequestRecord
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +139,8 @@ def _read_requests(path: Path) -> list[dict[str, Any]] | None:
 
 
 def _read_steps(path: Path) -> pd.DataFrame | None:
+    import pandas as pd  # here: a report on runs that cannot be read fails without loading it
+
     if not path.is_file():
         return None
     try:

@@ -10,23 +10,26 @@ import dataclasses
 import logging
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from rich.table import Table
 
 from llmbench.config.load import parse_config
-from llmbench.engine.batch import ScheduledBatch
 from llmbench.engine.check import (
     assert_batch_within_blocks,
     assert_block_manager_consistent,
     assert_engine_empty,
 )
 from llmbench.engine.config import EngineConfig
-from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.models.shape import model_shape
 from llmbench.engine.request import FinishReason, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+    from llmbench.engine.batch import ScheduledBatch
+    from llmbench.engine.llm_engine import LLMEngine
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +132,9 @@ def run_pool(
 ) -> tuple[PoolRun, dict[str, list[int]]]:
     """Feed the workload in bursts between steps (0-8 new requests before each step, seeded) until
     the engine drains; also returns the final tokens of each request by id."""
+    # the engine (and torch) load here, so `llmbench soak` reports bad settings without them
+    from llmbench.engine.llm_engine import LLMEngine
+
     engine = LLMEngine(config)
     if check_every_step:
         _check_each_batch(engine)

@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmbench.backends.factory import make_backend
-from llmbench.cli.console import RunProgress
 from llmbench.config.schema import RunConfig
 from llmbench.run.result_files import write_atomic
-from llmbench.run.runner import RunResult, run_benchmark
+
+if TYPE_CHECKING:
+    from llmbench.cli.console import RunProgress
+    from llmbench.run.runner import RunResult
 
 
 @dataclass
@@ -28,6 +30,10 @@ def run_point(
 ) -> RunResult:
     """One run of the study; model settings the backend cannot use (preset, path, device) raise `error`
     naming the config file."""
+    # the runner brings torch and the engine: imported once a run is due, so a study's config errors
+    # are reported without them
+    from llmbench.run.runner import run_benchmark
+
     try:
         backend = make_backend(config)
     except ValueError as e:
