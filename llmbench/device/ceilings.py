@@ -19,6 +19,7 @@ import torch
 
 from llmbench.config.schema import RunConfig
 from llmbench.device.clocks import ClockSampler, clock_reading, device_sampler
+from llmbench.device.nvml import NvmlUnavailable, open_reader
 from llmbench.engine.model_facts import resolve_model_facts
 
 logger = logging.getLogger(__name__)
@@ -71,12 +72,35 @@ def _no_local_model(config: RunConfig) -> str | None:
     return None
 
 
+def _no_local_gpu(config: RunConfig) -> str | None:
+    """Why the run's model runs on no NVIDIA GPU of this machine, or None: the bundled engine, our
+    server started for the run and the hf backend run it here; an openai URL's server may be anywhere."""
+    if config.backend.type == "openai":
+        return "backend.type openai: the model runs behind a URL, not on a GPU of this machine"
+    if config.model.executor == "null":
+        return "model.executor null: no model runs on a GPU"
+    device = resolve_model_facts(config.engine).device
+    return None if device.type == "cuda" else f"the model runs on the {device.type}, not an NVIDIA GPU"
+
+
 def run_clock_sampler(config: RunConfig) -> ClockSampler | None:
-    """A sampler of the GPU the bundled engine runs a real model on, or None (another backend's server
-    may be elsewhere; a CPU or a device without NVML has no clock to read)."""
-    if _no_local_model(config):
+    """A sampler of the GPU the run's model runs on (clock, power, energy), or None (a server behind a
+    URL may be elsewhere; a CPU or a device without NVML has nothing to read)."""
+    if _no_local_gpu(config):
         return None
     return device_sampler(resolve_model_facts(config.engine).device, RUN_CLOCK_INTERVAL_S)
+
+
+def why_no_gpu_samples(config: RunConfig) -> str:
+    """Why run_clock_sampler gave none, for the summary's null power keys."""
+    reason = _no_local_gpu(config)
+    if reason:
+        return reason
+    try:
+        open_reader(resolve_model_facts(config.engine).device)
+    except NvmlUnavailable as e:
+        return str(e)
+    return "no GPU sample was taken"
 
 
 def run_clocks(clocks: ClockSampler | None) -> dict[str, Any]:

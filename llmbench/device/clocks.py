@@ -1,5 +1,7 @@
 """The GPU's SM clock while a kernel is timed, and what held it down, read from NVML (the driver's
-management library, through ctypes: no extra dependency) by a thread sampling every few milliseconds.
+management library, through nvidia-ml-py: llmbench/device/nvml.py) by a thread sampling every few
+milliseconds. The same samples carry power and the energy counter, for a run's joules per token
+(llmbench/device/power.py).
 
 Why a kernel benchmark needs it: a compute-bound kernel on an H200 runs into the board's power limit.
 The driver then lowers the SM clock (clock event reason "sw power cap"), and the kernel times slower by
@@ -11,17 +13,17 @@ and the limits beside each timing, and a run on the bundled engine the clock ove
 
 from __future__ import annotations
 
-import ctypes
 import statistics
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from llmbench.device.nvml import GpuSample, NvmlUnavailable, open_reader
+
 if TYPE_CHECKING:
     import torch
 
-SM_CLOCK = 1  # NVML_CLOCK_SM
 # NVML clock event reasons that lower the clock below what the load asks for (idle and the
 # application-clock setting do not)
 LIMITS = {
@@ -35,7 +37,7 @@ SAMPLE_INTERVAL_S = 0.005
 # two runs whose median clocks differ by more than this have compute-bound figures that differ by it
 CLOCK_MISMATCH = 0.03
 
-Sample = tuple[int, int]  # (SM clock in MHz, clock event reasons bitmask)
+Sample = GpuSample  # SM clock in MHz and clock event reasons first, as summarize() reads them
 
 
 @dataclass
@@ -50,16 +52,19 @@ def summarize(samples: list[Sample]) -> ClockSummary | None:
         return None
     seen = 0
     limited = 0
-    for _, reasons in samples:
+    for sample in samples:
+        reasons = sample[1]
         seen |= reasons
         limited += any(reasons & bit for bit in LIMITS)
     names = [name for bit, name in LIMITS.items() if seen & bit]
-    return ClockSummary(statistics.median(c for c, _ in samples), limited / len(samples), names)
+    return ClockSummary(statistics.median(s[0] for s in samples), limited / len(samples), names)
 
 
 class ClockSampler:
-    """A context manager: samples `read` on a daemon thread from entry to exit. Samples accumulate over
-    spans until take() summarizes and clears them."""
+    """A context manager: samples `read` on a daemon thread from entry to exit, and once more at exit,
+    so a span's samples cover all of it (an energy counter's increase then spans the whole trial).
+    Samples accumulate over spans, each span's first index in `spans`, until take() summarizes and
+    clears them."""
 
     def __init__(self, read: Callable[[], Sample], interval_s: float = SAMPLE_INTERVAL_S):
         self.read = read
@@ -67,6 +72,7 @@ class ClockSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.samples: list[Sample] = []
+        self.spans: list[int] = []
 
     def _run(self) -> None:
         while True:
@@ -76,6 +82,7 @@ class ClockSampler:
 
     def __enter__(self) -> ClockSampler:
         self._stop.clear()
+        self.spans.append(len(self.samples))
         self._thread = threading.Thread(target=self._run, name="gpu-clock-sampler", daemon=True)
         self._thread.start()
         return self
@@ -83,41 +90,22 @@ class ClockSampler:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        self.samples.append(self.read())
 
     def take(self) -> ClockSummary | None:
         """The samples since the last take(), summarized; the next span starts afresh."""
         summary = summarize(self.samples)
-        self.samples = []
+        self.samples, self.spans = [], []
         return summary
 
 
 def nvml_reader(device: torch.device) -> Callable[[], Sample] | None:
-    """A function reading the device's SM clock and clock event reasons, or None where NVML is absent
-    (no NVIDIA driver, a CPU run) or does not know the device."""
-    import torch  # here, not at the top: the CLI's tables describe readings without loading torch
-
+    """A function reading the device (SM clock, clock event reasons, power, energy, memory), or None
+    where NVML cannot (no nvidia-ml-py, no NVIDIA driver, a CPU run; nvml.open_reader says which)."""
     try:
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-        if nvml.nvmlInit_v2() != 0:
-            return None
-        handle = ctypes.c_void_p()
-        # by UUID: NVML numbers every GPU of the machine, torch only those CUDA_VISIBLE_DEVICES shows
-        uuid = f"GPU-{torch.cuda.get_device_properties(device).uuid}".encode()
-        if nvml.nvmlDeviceGetHandleByUUID(uuid, ctypes.byref(handle)) != 0:
-            return None
-        # the reasons call was renamed in driver 535; older drivers know only its "Throttle" name
-        reasons_call = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-        reasons_call = reasons_call or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-    except (OSError, AttributeError, RuntimeError, AssertionError):  # no driver; a CPU-only torch build
+        return open_reader(device)
+    except NvmlUnavailable:
         return None
-    clock, reasons = ctypes.c_uint(), ctypes.c_ulonglong()
-
-    def read() -> Sample:
-        nvml.nvmlDeviceGetClockInfo(handle, SM_CLOCK, ctypes.byref(clock))
-        reasons_call(handle, ctypes.byref(reasons))
-        return clock.value, reasons.value
-
-    return read
 
 
 def device_sampler(device: torch.device, interval_s: float = SAMPLE_INTERVAL_S) -> ClockSampler | None:

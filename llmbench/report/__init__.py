@@ -55,9 +55,10 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
         plots.gpu_busy(runs, out_dir), "GPU busy (step spans) over time; kernel busy (nsys) is in a profile"
     )
     embed(plots.utilization(runs, out_dir), "MBU and MFU per step")
-    from llmbench.report.telemetry_plots import server_over_time
+    from llmbench.report.telemetry_plots import power_over_time, server_over_time
 
     embed(server_over_time(runs, out_dir), "The target server's /metrics beside the client's view")
+    embed(power_over_time(runs, out_dir), "GPU power draw and SM clock over the timed trials (NVML)")
 
     report = out_dir / "report.html"
     report.write_text(render_html(page), encoding="utf-8")

@@ -1,6 +1,7 @@
 """PNG figures of what a run watched beside the client (llmbench/run/telemetry.py): the target server's
-own /metrics over time next to what the client saw at the same moments, from server_metrics.csv. Each
-function returns the file it wrote, or None when no run has the file."""
+own /metrics over time next to what the client saw at the same moments (server_metrics.csv), and the
+GPU's power and clock (gpu_samples.csv). Each function returns the file it wrote, or None when no run
+has the file."""
 
 from __future__ import annotations
 
@@ -73,5 +74,26 @@ def server_over_time(runs: list[RunData], out_dir: Path) -> Path | None:
         if ax.lines:
             ax.legend(fontsize="small")
     path = out_dir / "server_metrics.png"
+    fig.savefig(path, dpi=96)
+    return path
+
+
+def power_over_time(runs: list[RunData], out_dir: Path) -> Path | None:
+    """The GPU's power draw and SM clock over the timed trials, from gpu_samples.csv."""
+    found = _series(runs, "gpu_samples.csv")
+    if not found:
+        return None
+    fig = Figure(figsize=(11, 6), layout="constrained")
+    power_ax, clock_ax = fig.subplots(2, 1, sharex=True)
+    for i, run, frame in found:
+        color, label = f"C{i % 10}", (run.label or run.name).replace("$", r"\$")
+        power_ax.plot(frame["time_s"], frame["power_w"], color=color, label=label)
+        clock_ax.plot(frame["time_s"], frame["sm_clock_mhz"], color=color, label=label)
+    power_ax.set(title="GPU power draw", ylabel="W")
+    clock_ax.set(title="GPU SM clock", ylabel="MHz", xlabel="time since run start (s)")
+    for ax in (power_ax, clock_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    path = out_dir / "gpu_power.png"
     fig.savefig(path, dpi=96)
     return path

@@ -135,7 +135,7 @@ def run_benchmark(
                 trials=trial_metrics,
                 steps=summarize_steps(state.steps.rows, config_dict)
                 | bound_summary(state.steps.rows, config_dict, ceilings, trial_metrics)
-                | telemetry.steps_summary(),
+                | telemetry.steps_summary(trial_metrics),
             )
             telemetry.finish(summary, run_dir)
             if config.workload.session.turns > 1:

@@ -10,15 +10,17 @@ from pathlib import Path
 from typing import Any
 
 from llmbench.config.schema import RunConfig
-from llmbench.device.ceilings import run_clocks
+from llmbench.device.ceilings import run_clocks, why_no_gpu_samples
 from llmbench.device.clocks import ClockSampler
+from llmbench.device.power import no_power, power_series, power_summary
 from llmbench.run.result_files import write_atomic
 from llmbench.run.scrape import MetricsScraper, metrics_url
 
 
 class Telemetry:
     def __init__(self, config: RunConfig, backend: object, clocks: ClockSampler | None, run_start: float):
-        self.clocks = clocks
+        self.config, self.clocks, self.run_start = config, clocks, run_start
+        self.gpu_series: list[dict[str, float | None]] = []
         url = metrics_url(config, backend)
         interval = config.telemetry.scrape_interval_s
         self.scraper = MetricsScraper(url, interval, run_start) if url else None
@@ -33,12 +35,25 @@ class Telemetry:
     def __exit__(self, *exc) -> None:
         self._stack.close()
 
-    def steps_summary(self) -> dict[str, Any]:
-        """The GPU's figures over the timed trials, for summary.json's steps."""
-        return run_clocks(self.clocks)
+    def steps_summary(self, trial_metrics: list[dict[str, Any]]) -> dict[str, Any]:
+        """The GPU's figures over the timed trials, for summary.json's steps: energy, joules per output
+        token and power (null, with the reason, without a GPU to read), then the SM clock."""
+        if self.clocks is None:
+            return no_power(why_no_gpu_samples(self.config))
+        output_tokens = sum(m["total_output_tokens"] for m in trial_metrics)
+        power = power_summary(self.clocks.samples, self.clocks.spans, output_tokens)
+        self.gpu_series = power_series(self.clocks.samples, self.run_start)
+        return power | run_clocks(self.clocks)  # run_clocks takes the samples: after the power's
 
     def finish(self, summary: dict[str, Any], run_dir: Path) -> None:
-        """The server's figures into the summary, the scrapes into server_metrics.csv."""
+        """The server's figures into the summary; the GPU's samples into gpu_samples.csv and the
+        server's scrapes into server_metrics.csv."""
+        if self.gpu_series:
+            lines = [",".join(self.gpu_series[0])]
+            lines += [
+                ",".join("" if v is None else f"{v:.6g}" for v in row.values()) for row in self.gpu_series
+            ]
+            write_atomic(Path(run_dir) / "gpu_samples.csv", "\n".join(lines) + "\n")
         if self.scraper is None:
             return
         summary["server_metrics"] = self.scraper.summary()

@@ -78,12 +78,13 @@ def test_a_run_records_the_clock_of_its_ceilings_gemm_and_of_its_timed_trials(tm
     mistake would show as samples at 1,980 MHz with no limit, the ceilings' samples kept as a "hw
     slowdown"."""
     from llmbench.device.clocks import ClockSampler
+    from llmbench.device.nvml import GpuSample
     from llmbench.run import runner
 
     phase = {"now": "ceilings"}
     # between phases (the moments a trial's sampling starts before its first request) as in a trial
     clock_of = {"ceilings": (1500, 0x8), "warm-up": (1980, 0x0), "trial": (1785, 0x4), "between": (1785, 0x4)}
-    sampler = ClockSampler(lambda: clock_of[phase["now"]], interval_s=0.001)
+    sampler = ClockSampler(lambda: GpuSample(*clock_of[phase["now"]]), interval_s=0.001)
     monkeypatch.setattr(runner, "run_clock_sampler", lambda config: sampler)
     run_phase = runner._run_phase
 

@@ -71,8 +71,10 @@ def test_a_cpu_has_no_clock_sampler():
 def test_reader_reads_a_running_clock_on_a_gpu():
     read = nvml_reader(torch.device("cuda"))
     assert read is not None
-    clock, reasons = read()
-    assert 100 <= clock <= 5000 and reasons >= 0
+    sample = read()
+    assert 100 <= sample.sm_clock_mhz <= 5000 and sample.reasons >= 0
+    assert sample.power_w > 0 and sample.memory_used_bytes > 0
+    assert sample.energy_j is None or sample.energy_j > 0  # GPUs before Volta have no energy counter
 
 
 def test_the_run_table_and_the_report_show_a_run_s_clock_beside_its_ceiling_s():

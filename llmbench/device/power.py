@@ -1,0 +1,68 @@
+"""Power and energy over a run's timed trials, from the GPU samples its clock sampler took
+(llmbench/device/clocks.py, llmbench/device/nvml.py): joules per output token, mean and peak power,
+memory in use, and the series a report plots.
+
+Energy is the energy counter's increase over each trial, summed; mean power is that energy over the
+trials' sampled time. Without a counter, power alone is known: energy and joules per token stay None,
+as every key does, with the reason, when no GPU could be read."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from llmbench.device.nvml import GpuSample
+
+POWER_KEYS = ("energy_j", "joules_per_output_token", "mean_power_w", "max_power_w", "max_memory_used_gb")
+MAX_SERIES_POINTS = 2000  # longer runs are thinned to this many samples for the plot
+
+
+def power_summary(samples: Sequence[GpuSample], spans: Sequence[int], output_tokens: int) -> dict[str, Any]:
+    """`spans`: the index in `samples` where each trial's sampling began."""
+    if not samples:
+        return no_power("no GPU sample was taken")
+    bounds = [*spans, len(samples)]
+    trials = [samples[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    energies = [
+        trial[-1].energy_j - trial[0].energy_j
+        for trial in trials
+        if trial[0].energy_j is not None and trial[-1].energy_j is not None
+    ]
+    energy = sum(energies) if len(energies) == len(trials) else None
+    seconds = sum(trial[-1].t - trial[0].t for trial in trials)
+    powers = [s.power_w for s in samples if s.power_w is not None]
+    memory = [s.memory_used_bytes for s in samples if s.memory_used_bytes is not None]
+    if energy is not None and seconds > 0:
+        mean_power = energy / seconds
+    else:
+        mean_power = sum(powers) / len(powers) if powers else None
+    summary = {
+        "energy_j": energy,
+        "joules_per_output_token": energy / output_tokens if energy is not None and output_tokens else None,
+        "mean_power_w": mean_power,
+        "max_power_w": max(powers) if powers else None,
+        "max_memory_used_gb": max(memory) / 1e9 if memory else None,
+    }
+    if energy is None:
+        summary["power_unavailable"] = (
+            "the GPU has no energy counter: energy and joules per token are unknown"
+        )
+    return summary
+
+
+def no_power(reason: str) -> dict[str, Any]:
+    return dict.fromkeys(POWER_KEYS) | {"power_unavailable": reason}
+
+
+def power_series(samples: Sequence[GpuSample], start: float) -> list[dict[str, float | None]]:
+    """Samples for a power and clock plot, `start` (perf_counter) as 0, thinned evenly."""
+    step = max(1, -(-len(samples) // MAX_SERIES_POINTS))
+    return [
+        {
+            "time_s": s.t - start,
+            "power_w": s.power_w,
+            "sm_clock_mhz": s.sm_clock_mhz,
+            "memory_used_gb": s.memory_used_bytes / 1e9 if s.memory_used_bytes is not None else None,
+        }
+        for s in samples[::step]
+    ]
