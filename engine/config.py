@@ -32,7 +32,8 @@ PREFILL_ATTENTIONS = ("paged", "sdpa", "flash")
 @dataclass
 class ModelConfig:
     """Which weights to run, and where. `preset` names a shape with seeded random weights
-    (see engine/models/shape.py PRESETS); `path` is a local HF-format directory and wins over preset."""
+    (engine/models/shape.py PRESETS) or a packaged real model (engine/models/packaged.py); `path` is a
+    local HF-format directory or a Llama .gguf file and wins over preset."""
 
     preset: str | None = "tiny"
     path: str | None = None
@@ -42,7 +43,7 @@ class ModelConfig:
     executor: str = "model"  # null: forward replaced by a no-op returning fixed tokens (pure CPU overhead)
     # null executor: each forward takes this long on a simulated device, queued in order (0: none)
     null_forward_ms: float = 0.0
-    tokenizer: str | None = None  # tokenizer.json path; defaults to <path>/tokenizer.json
+    tokenizer: str | None = None  # tokenizer.json path; defaults to <path>/tokenizer.json or the GGUF's own
 
     def __post_init__(self) -> None:
         _require(self.preset is not None or self.path is not None, "preset", "give a preset or a path")

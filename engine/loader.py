@@ -1,5 +1,6 @@
 """Build the model a ModelConfig names, in the shape, device and dtype its ModelFacts hold: a preset with
-seeded random weights, or a local HF-format directory (*.safetensors, single or sharded). Never touches
+seeded random weights, a local HF-format directory (*.safetensors, single or sharded), or a Llama GGUF
+file (model.path, or a packaged model's; dequantized as it is read, gguf_weights.py). Never touches
 the network. A tensor-parallel rank gets only its shard: from a checkpoint it reads only its slices of
 each tensor."""
 
@@ -13,8 +14,11 @@ from types import ModuleType
 
 import torch
 from llmbench.engine.config import ModelConfig
+from llmbench.engine.gguf_weights import load_gguf_weights
 from llmbench.engine.model_facts import ModelFacts
+from llmbench.engine.models.gguf_llama import GGUFLlama
 from llmbench.engine.models.llama import LlamaForCausalLM, rope_cos_sin_cache
+from llmbench.engine.models.packaged import is_gguf, weights_path
 from llmbench.engine.parallel.group import LOCAL, Group
 from llmbench.engine.parallel.sharding import pad_to, part_range, shard_plan, take_shard
 from llmbench.kernels import reference
@@ -29,17 +33,19 @@ def load_model(
     """The model (this rank's shard of it) on the facts' device and dtype, in eval mode, using the given
     op backend: the weights the config names, of the facts' shape."""
     shape, device, dtype = facts.shape, facts.device, facts.dtype
-    path = Path(config.path) if config.path else None
+    path = weights_path(config)
     # build on meta so a large model is never materialized twice (or in float32 first)
     with torch.device("meta"):
         model = LlamaForCausalLM(shape, ops, group)
     model = model.to(dtype).to_empty(device=device)
     model.cos_sin_cache = rope_cos_sin_cache(shape, device)
     with torch.no_grad():
-        if path:
-            load_hf_weights(model, path)
-        else:
+        if path is None:
             init_random_weights(model, config.seed)
+        elif is_gguf(path):
+            load_gguf_weights(model, GGUFLlama(str(path)), hf_tensor_names)
+        else:
+            load_hf_weights(model, path)
     logger.info(
         "loaded %s: %.2fB params, %s on %s", path or config.preset, shape.num_params() / 1e9, dtype, device
     )

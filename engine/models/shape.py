@@ -1,5 +1,5 @@
-"""The Llama family's dimensions (LlamaShape, read from an HF config.json or a named preset) and what a
-forward costs in FLOPs and bytes per token, which the step accounting and the roofline bound use.
+"""The Llama family's dimensions (LlamaShape, read from an HF config.json, a GGUF or a named preset) and
+what a forward costs in FLOPs and bytes per token, which the step accounting and the roofline bound use.
 Nothing here imports torch: an HTTP client learns a model's vocabulary and length from it alone."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmbench.engine.config import ModelConfig
+from llmbench.engine.models.packaged import PACKAGED, is_gguf, weights_path
 
 logger = logging.getLogger(__name__)
 
@@ -141,9 +142,18 @@ PRESETS: dict[str, LlamaShape] = {
 
 
 def model_shape(config: ModelConfig) -> LlamaShape:
-    """The shape the config names: read from the model directory's config.json when a path is given
-    (it wins over the preset), else the preset's. Reads no weights."""
-    return _read_hf_shape(Path(config.path)) if config.path else _preset_shape(config.preset)
+    """The shape the config names: read from the weights' config.json or GGUF metadata when there are
+    weights (model.path, which wins over the preset, or a packaged model's file), else the preset's.
+    Reads no weights."""
+    path = weights_path(config)
+    if path is None:
+        return _preset_shape(config.preset)
+    if is_gguf(path):
+        from llmbench.engine.models.gguf_file import GGUFFile  # numpy and gguf: only for a GGUF
+        from llmbench.engine.models.gguf_llama import llama_shape
+
+        return llama_shape(GGUFFile(path))
+    return _read_hf_shape(path)
 
 
 def resolve_max_model_len(max_model_len: int | None, shape: LlamaShape) -> int:
@@ -160,13 +170,14 @@ def resolve_max_model_len(max_model_len: int | None, shape: LlamaShape) -> int:
 
 def _preset_shape(name: str | None) -> LlamaShape:
     if name not in PRESETS:
-        raise ValueError(f"model.preset: unknown model preset {name!r}; presets: {', '.join(PRESETS)}")
+        names = ", ".join([*PRESETS, *PACKAGED])
+        raise ValueError(f"model.preset: unknown model preset {name!r}; presets: {names}")
     return PRESETS[name]
 
 
 def _read_hf_shape(path: Path) -> LlamaShape:
     if not path.is_dir():
-        raise ValueError(f"model.path: {path} is not a directory")
+        raise ValueError(f"model.path: {path} is not a directory nor a .gguf file")
     config_file = path / "config.json"
     if not config_file.is_file():
         raise ValueError(f"model.path: {config_file} not found: not an HF-format model directory")

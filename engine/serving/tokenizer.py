@@ -1,7 +1,8 @@
-"""The server's tokenizer: the model directory's tokenizer.json (or model.tokenizer), else for a preset
-the synthetic byte-level BPE of its vocabulary (engine/serving/synthetic_bpe.py). Chat prompts are
-rendered with the chat template of the tokenizer_config.json beside it, as HF transformers does, or
-with a plain role-tagged template when there is none (presets, bare tokenizer.json files)."""
+"""The server's tokenizer: the model directory's tokenizer.json (or model.tokenizer), a GGUF's own (built
+from its metadata, gguf_tokenizer.py), else for a preset the synthetic byte-level BPE of its vocabulary
+(engine/serving/synthetic_bpe.py). Chat prompts are rendered with the chat template of the
+tokenizer_config.json beside it, as HF transformers does, or the GGUF's, or with a plain role-tagged
+template when there is none (presets, bare tokenizer.json files)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from llmbench.engine.config import ModelConfig
+from llmbench.engine.models.packaged import is_gguf, weights_path
 from llmbench.engine.models.shape import LlamaShape
 from llmbench.engine.serving.synthetic_bpe import synthetic_tokenizer
 from tokenizers import Tokenizer
@@ -63,11 +65,18 @@ def _raise_template_error(message: str) -> None:
 
 def load_tokenizer(model: ModelConfig, shape: LlamaShape) -> TextTokenizer:
     """The tokenizer for a model; ValueError when a model directory or model.tokenizer has none."""
-    if model.tokenizer is None and model.path is None:
+    weights = weights_path(model)
+    if model.tokenizer is None and weights is None:
         return TextTokenizer(
             synthetic_tokenizer(shape.vocab_size, shape.bos_token_id, shape.eos_token_id), shape
         )
-    path = Path(model.tokenizer) if model.tokenizer is not None else Path(model.path) / "tokenizer.json"
+    if model.tokenizer is None and is_gguf(weights):
+        from llmbench.engine.models.gguf_file import GGUFFile  # numpy and gguf: only for a GGUF
+        from llmbench.engine.serving.gguf_tokenizer import gguf_chat_template, gguf_tokenizer
+
+        metadata = GGUFFile(weights).metadata
+        return TextTokenizer(gguf_tokenizer(metadata), shape, gguf_chat_template(metadata))
+    path = Path(model.tokenizer) if model.tokenizer is not None else weights / "tokenizer.json"
     if not path.is_file():
         raise ValueError(f"no tokenizer at {path}: set model.tokenizer to a tokenizer.json")
     return TextTokenizer(Tokenizer.from_file(str(path)), shape, _chat_template(path.parent))
