@@ -88,16 +88,12 @@ def run_capacity(
     result = StudyResult(out_dir, data)
 
     def measure(value: float, repeat: int) -> float:
-        label = f"{value:g}"
-        directory = f"{len(data['runs']):02d}-{options.by}-{label}-r{repeat}"
-        config = load_config(
-            config_path,
-            [
-                *overrides,
-                *_load_overrides(options.by, value, base),
-                f"workload.seed={base.workload.seed + repeat}",
-            ],
-        )
+        label, index = f"{value:g}", len(data["runs"])
+        directory = f"{index:02d}-{options.by}-{label}-r{repeat}"
+        # every run draws its own prompts: a server that outlives the runs (backend openai) must not
+        # find an earlier probe's prompts in its prefix cache
+        seed = f"workload.seed={base.workload.seed + index}"
+        config = load_config(config_path, [*overrides, *_load_overrides(options.by, value, base), seed])
         config.name = f"{base.name} @ {label} {'concurrent' if options.by == 'concurrency' else 'req/s'}"
         logger.info("%s %s, run %d", options.by, label, repeat + 1)
         run = run_point(config, config_path, out_dir / directory, progress, CapacityError)
