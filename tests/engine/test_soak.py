@@ -1,5 +1,5 @@
 """The preemption soak at CI size: a few hundred requests through a pool that preempts on most steps,
-then a pool that never does. The full size is `llmbench soak` (results/cpu/soak.json). The null
+then a pool that never does. The full size is `llmbench soak` (docs/measurements/cpu/soak.json). The null
 executor's tokens depend only on (sequence, position), so it checks bookkeeping; the tiny model's
 depend on every input token and KV slot, so its soak checks the data path too."""
 
