@@ -57,7 +57,7 @@ def _options(
 def run(
     config: Annotated[Path, typer.Argument(help="YAML run config, e.g. configs/quickstart.yaml")],
     set_: SetOption = None,
-    out: Annotated[Path | None, typer.Option(help="Run directory (default: results/NAME-TIME)")] = None,
+    out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/NAME-TIME)")] = None,
     repeat: Annotated[int, typer.Option(help="Timed trials; metrics become their median")] = 1,
     force: Annotated[
         bool, typer.Option("--force", help="Replace the results of an earlier run in the run directory")
@@ -174,7 +174,7 @@ def kernels(
 
     Example:
 
-        llmbench kernels --out results/h200/kernels.json
+        llmbench kernels --out docs/measurements/h200/kernels.json
     """
     from llmbench.kernelbench.bench import KernelBenchError, result_table, run_kernel_bench
 
@@ -197,7 +197,7 @@ def report(
 
     Example:
 
-        llmbench report results/quickstart-20250101-120000 results/quickstart-20250102-120000
+        llmbench report runs/quickstart-20250101-120000 runs/quickstart-20250102-120000
     """
     from llmbench.report import ReportError, default_report_dir, write_report
 
@@ -225,7 +225,7 @@ def compare(
 
     Example:
 
-        llmbench compare results/baselines/ci results/ci-run --metric steps.mean_cpu_ms_per_step:150%
+        llmbench compare runs/baseline runs/current --metric steps.mean_cpu_ms_per_step:150%
     """
     from llmbench.gate.compare import CompareError, compare_runs, has_regression, verdict_table
 
@@ -250,9 +250,7 @@ def profile(
         str | None, typer.Option(help="Engine steps A:B to capture, B excluded (default: all)")
     ] = None,
     set_: SetOption = None,
-    out: Annotated[
-        Path | None, typer.Option(help="Run directory (default: results/CONFIG-TOOL-TIME)")
-    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/CONFIG-TOOL-TIME)")] = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Run a config with a profiler on chosen engine steps; writes profile.json and report.html.

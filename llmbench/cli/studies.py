@@ -50,7 +50,7 @@ def ablate(
         ),
     ] = "all",
     set_: SetOption = None,
-    out: Annotated[Path | None, typer.Option(help="Directory (default: results/NAME-ablation-TIME)")] = None,
+    out: Annotated[Path | None, typer.Option(help="Directory (default: runs/NAME-ablation-TIME)")] = None,
     no_report: NoReportOption = False,
     verbose: VerboseOption = False,
 ) -> None:
@@ -70,7 +70,7 @@ def ablate(
 
     setup_logging(verbose)
     user_errors = (AblationError, ConfigFileError, ConfigError, WorkloadError, RunDirError)
-    failure = f"ablation failed; variants measured so far are in {out or 'results/'}"
+    failure = f"ablation failed; variants measured so far are in {out or 'runs/'}"
     # Ctrl-C while a variant's model loads; during a run, run_benchmark keeps what it measured
     with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
         result = run_ablation(config, set_ or [], order, leave_one_out, out, progress, repeat, preset)
@@ -81,7 +81,7 @@ def sweep(
     config: Annotated[Path, typer.Argument(help="YAML run config, e.g. configs/quickstart.yaml")],
     rates: Annotated[str, typer.Option(help="Request rates per second, comma-separated; inf: all at once")],
     set_: SetOption = None,
-    out: Annotated[Path | None, typer.Option(help="Directory (default: results/NAME-sweep-TIME)")] = None,
+    out: Annotated[Path | None, typer.Option(help="Directory (default: runs/NAME-sweep-TIME)")] = None,
     no_report: NoReportOption = False,
     verbose: VerboseOption = False,
 ) -> None:
@@ -95,7 +95,7 @@ def sweep(
 
     setup_logging(verbose)
     user_errors = (SweepError, ConfigFileError, ConfigError, WorkloadError, RunDirError)
-    failure = f"sweep failed; rates measured so far are in {out or 'results/'}"
+    failure = f"sweep failed; rates measured so far are in {out or 'runs/'}"
     with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
         result = run_sweep(config, set_ or [], rates, out, progress)
     _show_study(sweep_table(result.data), result, no_report)
@@ -176,7 +176,7 @@ def soak(
 
     Example:
 
-        llmbench soak --requests 10000 --blocks 64 --out results/cpu/soak.json
+        llmbench soak --requests 10000 --blocks 64 --out docs/measurements/cpu/soak.json
     """
     from llmbench.studies.soak import SoakError, run_soak, soak_engine_config, soak_table
 

@@ -156,7 +156,7 @@ class SloConfig:
 
 @dataclass
 class OutputConfig:
-    dir: str | None = None  # default: results/<name>-<UTC timestamp>
+    dir: str | None = None  # default: runs/<name>-<UTC timestamp>
     save_tokens: bool = False
     percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 95.0, 99.0])
     report: bool = True  # render the HTML report after the run
@@ -244,7 +244,7 @@ class RunConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     def __post_init__(self) -> None:
-        # the name becomes a directory under results/ (its slashes replaced): it must stay there
+        # the name becomes a directory under runs/ (its slashes replaced): it must stay there
         if (
             not self.name.isprintable()
             or not self.name.strip()

@@ -6,7 +6,7 @@ milliseconds. The same samples carry power and the energy counter, for a run's j
 Why a kernel benchmark needs it: a compute-bound kernel on an H200 runs into the board's power limit.
 The driver then lowers the SM clock (clock event reason "sw power cap"), and the kernel times slower by
 as much. Whether the cap bites depends on what ran just before: the same attention call at B=1 new=8192
-took 860 us at 1,965 MHz and 985 us at 1,785 MHz in one process (results/h200/cudnn_context.json). A
+took 860 us at 1,965 MHz and 985 us at 1,785 MHz in one process (docs/measurements/h200/cudnn_context.json). A
 figure is only comparable to another taken at the same clock, so `llmbench kernels` records the clock
 and the limits beside each timing, and a run on the bundled engine the clock over its timed trials
 (summary.json steps, beside the roofline bound, whose GEMM ceiling carries its own clock)."""

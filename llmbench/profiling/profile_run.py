@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 
 def default_out_dir(config: Path, tool: str) -> Path:
-    return Path("results") / f"{config.stem}-{tool}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    return Path("runs") / f"{config.stem}-{tool}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
 
 
 def run_command(config: Path, out_dir: Path, overrides: list[str]) -> list[str]:

@@ -16,7 +16,7 @@ __all__ = ["ReportError", "default_report_dir", "write_report"]
 log = logging.getLogger(__name__)
 
 
-def default_report_dir(run_dirs: list[Path], root: Path = Path("results")) -> Path:
+def default_report_dir(run_dirs: list[Path], root: Path = Path("runs")) -> Path:
     """A single run's report lives in its own directory; a comparison of several gets a new one."""
     if len(run_dirs) == 1:
         return Path(run_dirs[0])

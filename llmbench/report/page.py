@@ -1,6 +1,6 @@
 """What one report page shows, gathered from the directories given: runs, studies (an ablation's
 variants, a sweep's rates, each point read from its own run directory when it is there) and, for a
-directory of collected result files such as results/h200, each file recognised by its content."""
+directory of collected result files such as docs/measurements/h200, each file recognised by its content."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def _is_run_dir(path: Path) -> bool:
 
 
 def _collected(path: Path) -> bool:
-    """A directory of collected result files (results/h200) rather than a study's own directory,
+    """A directory of collected result files (docs/measurements/h200) rather than a study's own directory,
     which holds only its study file and summary.json beside the runs' sub-directories."""
     return any(f.name not in STUDY_DIR_FILES for f in path.glob("*.json"))
 

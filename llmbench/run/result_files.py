@@ -25,7 +25,7 @@ from llmbench.run.records import RequestRecord
 _STEP_TIMES = ("t_start", "t_end", "gpu_start", "gpu_end")  # perf_counter seconds in StepRecords
 
 
-def default_run_dir(name: str, root: str | Path = "results") -> Path:
+def default_run_dir(name: str, root: str | Path = "runs") -> Path:
     """root/NAME-TIME, one directory whatever slashes the name holds (a sweep's "ci @ 40 req/s")."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     safe = name.replace("/", "_").replace("\\", "_")

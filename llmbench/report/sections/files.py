@@ -1,6 +1,6 @@
-"""Result files that are neither runs nor studies (results/h200: nsys profiles, the bs1 decode bench,
-kernel timings, backend agreement, the overview summary), each shown as what it is: a profile as the
-profile section, the rest as tables of their figures with readable names, the command that made
+"""Result files that are neither runs nor studies (docs/measurements/h200: nsys profiles, the bs1 decode
+bench, kernel timings, backend agreement, the overview summary), each shown as what it is: a profile as
+the profile section, the rest as tables of their figures with readable names, the command that made
 them first."""
 
 from __future__ import annotations

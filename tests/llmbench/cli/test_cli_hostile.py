@@ -183,7 +183,7 @@ def test_a_shipped_config_runs_by_name_from_any_directory(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     result = invoke("run", "ci", "--set", "workload.num_requests=4", "--set", "workload.warmup_requests=0")
     assert result.exit_code == 0, result.output
-    (run_dir,) = (tmp_path / "results").iterdir()
+    (run_dir,) = (tmp_path / "runs").iterdir()
 
     assert run_dir.name.startswith("ci-") and (run_dir / "summary.json").is_file()
     names = one_line_error(invoke("run", "nosuch"), "nosuch: no such file, nor a shipped config (")
