@@ -44,6 +44,7 @@ class ModelConfig:
     # null executor: each forward takes this long on a simulated device, queued in order (0: none)
     null_forward_ms: float = 0.0
     tokenizer: str | None = None  # tokenizer.json path; defaults to <path>/tokenizer.json or the GGUF's own
+    chat_template: str | None = None  # a Jinja template file; default: the model's own (serving/tokenizer.py)
 
     def __post_init__(self) -> None:
         _require(self.preset is not None or self.path is not None, "preset", "give a preset or a path")

@@ -37,7 +37,7 @@ from llmbench.engine.serving.responses import (
     event_stream,
     whole_response,
 )
-from llmbench.engine.serving.tokenizer import TextTokenizer, load_tokenizer
+from llmbench.engine.serving.tokenizer import TextTokenizer, announce_chat_template, load_tokenizer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 
@@ -54,6 +54,7 @@ class ServerState:
         self.engine = EngineLoop(config, self.metrics.observe_steps)
         try:
             self.tokenizer: TextTokenizer = load_tokenizer(config.model, self.engine.executor.shape)
+            announce_chat_template(self.tokenizer)
         except BaseException:
             self.engine.shutdown()
             raise
@@ -96,7 +97,15 @@ def build_app(state: ServerState) -> FastAPI:
         card = {"id": state.model, "object": "model", "created": 0, "owned_by": "llmbench"}
         return {
             "object": "list",
-            "data": [{**card, "root": state.model, "max_model_len": state.max_model_len}],
+            "data": [
+                {
+                    **card,
+                    "root": state.model,
+                    "max_model_len": state.max_model_len,
+                    # llmbench's own: which chat template renders chat requests ("fallback": none found)
+                    "chat_template": state.tokenizer.chat_template_source,
+                }
+            ],
         }
 
     @app.get("/metrics")
