@@ -1,0 +1,53 @@
+"""What the mock serves and how fast: one frozen object, given as command-line flags to its process."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class MockSettings:
+    ttft_ms: float = 50.0  # request received -> first chunk due
+    itl_ms: float = 10.0  # per output token: chunks of k tokens are due k x itl_ms apart
+    output_tokens: int = 128  # a request's max_tokens, when smaller, wins
+    tokens_per_chunk: int = 1
+    model: str = "mock"
+    prefix: str = "/v1"  # the API answers under this path only (another path: 404, as a wrong base URL)
+    text_only: bool = False  # token-id prompts refused with HTTP 400, as TGI and GuideLLM's mock do
+    no_stream_options: bool = False  # a body with stream_options refused with HTTP 400, as older servers do
+    max_model_len: int = 4096  # listed in the model card, as vLLM lists it
+
+    def __post_init__(self) -> None:
+        if self.ttft_ms < 0 or self.itl_ms < 0:
+            raise ValueError("ttft_ms and itl_ms: expected numbers >= 0")
+        if self.output_tokens < 1 or self.tokens_per_chunk < 1:
+            raise ValueError("output_tokens and tokens_per_chunk: expected integers >= 1")
+        if not self.prefix.startswith("/") or self.prefix.endswith("/") and self.prefix != "/":
+            raise ValueError(f"prefix: expected a path such as /v1, got {self.prefix!r}")
+
+    def to_args(self) -> list[str]:
+        """The flags that rebuild these settings in the mock's process (from_args)."""
+        args = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            flag = "--" + f.name.replace("_", "-")
+            if isinstance(value, bool):
+                args += [flag] if value else []
+            else:
+                args += [flag, str(value)]
+        return args
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        for f in fields(cls):
+            flag = "--" + f.name.replace("_", "-")
+            if f.type == "bool":
+                parser.add_argument(flag, action="store_true")
+            else:
+                kind = {"float": float, "int": int}.get(f.type, str)
+                parser.add_argument(flag, type=kind, default=f.default)
+
+    @classmethod
+    def from_args(cls, namespace: argparse.Namespace) -> MockSettings:
+        return cls(**{f.name: getattr(namespace, f.name) for f in fields(cls)})
