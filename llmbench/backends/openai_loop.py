@@ -1,0 +1,167 @@
+"""The streams' event loop: one aiohttp session, one task a request, and per read of a response only what
+timing needs, a perf_counter stamp and the bytes, handed to a sink. Parsing, counting and building
+outputs happen elsewhere (the backend's poll, on the runner's thread), so a read is stamped without
+waiting behind another stream's JSON.
+
+perf_counter is CLOCK_MONOTONIC on Linux, one clock for every process of the host: a worker process's
+stamps compare with the runner's submit times as they are.
+
+What reaches the sink, in order per request: (request_id, stamp, bytes) for each read of the body,
+then (request_id, stamp, None) at its end, or (request_id, stamp, message) when it fails (connection
+error, HTTP error status, stall past workload.request_timeout_s)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from time import perf_counter
+
+from llmbench.backends.openai_stream import RequestFailed, error_message
+
+logger = logging.getLogger(__name__)
+
+OPEN_FILES = 65536  # the soft limit raised to this (or the hard limit) for one socket per stream
+READ_BUFFER = 1 << 20  # bytes: an SSE line may be this long (aiohttp's default, 64 KiB, fails longer)
+
+Sink = Callable[[tuple], None]
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """Where and how to post: plain data, so a worker process can be given it."""
+
+    url: str  # the endpoint's full URL
+    headers: dict[str, str]
+    connect_s: float
+    stall_s: float | None  # no data this long fails a stream (None: wait forever)
+
+
+class StreamLoop:
+    """The streams of one event loop; every method but open() and close() runs on that loop."""
+
+    def __init__(self, settings: StreamSettings, sink: Sink):
+        self._settings = settings
+        self._sink = sink
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._session = None
+
+    async def open(self) -> None:
+        import aiohttp
+
+        # as many connections as streams (limit 0): the workload's concurrency is the client's, not a
+        # pool's; sock_read None lets a stream stay silent as long as the runner's own timeout lets it
+        raise_open_file_limit()
+        s = self._settings
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=s.connect_s, sock_read=s.stall_s)
+        self._session = aiohttp.ClientSession(
+            headers={**s.headers, "Content-Type": "application/json"},
+            timeout=timeout,
+            connector=aiohttp.TCPConnector(limit=0),
+            read_bufsize=READ_BUFFER,
+        )
+
+    def start(self, request_id: str, body: bytes) -> None:
+        self._tasks[request_id] = asyncio.get_running_loop().create_task(self._stream(request_id, body))
+
+    def cancel(self, request_id: str) -> None:
+        task = self._tasks.get(request_id)
+        if task is not None:
+            task.cancel()
+
+    async def close(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        await self._session.close()
+
+    async def _stream(self, request_id: str, body: bytes) -> None:
+        import aiohttp
+
+        sink = self._sink
+        try:
+            async with self._session.post(self._settings.url, data=body) as response:
+                if response.status >= 400:
+                    detail = (await response.read()).decode(errors="replace")
+                    raise RequestFailed(f"HTTP {response.status}: {error_message(detail)}")
+                async for data in response.content.iter_any():
+                    sink((request_id, perf_counter(), data))
+            sink((request_id, perf_counter(), None))
+        except RequestFailed as e:
+            self._fail(request_id, str(e))
+        except aiohttp.ConnectionTimeoutError:
+            self._fail(request_id, f"connection error: not connected within {self._settings.connect_s:g} s")
+        except aiohttp.SocketTimeoutError:  # only set with a request timeout
+            self._fail(
+                request_id, f"stream stalled: no data within request_timeout_s={self._settings.stall_s:g}"
+            )
+        except aiohttp.ClientError as e:
+            self._fail(request_id, f"connection error: {type(e).__name__}: {e}")
+        except Exception as e:  # a request that fails unseen would keep the run waiting for it forever
+            logger.exception("request %s", request_id)
+            self._fail(request_id, f"client error: {type(e).__name__}: {e}")
+        finally:
+            self._tasks.pop(request_id, None)
+
+    def _fail(self, request_id: str, message: str) -> None:
+        self._sink((request_id, perf_counter(), message))
+
+
+class ThreadLoop:
+    """backend.workers 1: the streams on a loop in a thread of the runner's process; what they read
+    waits in a queue until receive()."""
+
+    def __init__(self, settings: StreamSettings):
+        self._queue: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+        self._streams = StreamLoop(settings, self._queue.put)
+        self._loop = new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="openai-client", daemon=True)
+        self._thread.start()
+        self._call(self._streams.open())
+
+    def start(self, request_id: str, body: bytes) -> None:
+        self._loop.call_soon_threadsafe(self._streams.start, request_id, body)
+
+    def cancel(self, request_id: str) -> None:
+        self._loop.call_soon_threadsafe(self._streams.cancel, request_id)
+
+    def receive(self, timeout: float) -> list[tuple]:
+        """What arrived, waiting up to `timeout` seconds for the first of it."""
+        try:
+            items = [self._queue.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while not self._queue.empty():  # only this thread takes from the queue
+            items.append(self._queue.get_nowait())
+        return items
+
+    def close(self) -> None:
+        self._call(self._streams.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def _call(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop where it is installed (its reads and callbacks cost less), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def raise_open_file_limit() -> None:
+    """A socket a stream: thousands at once pass a default soft limit of 1024 (SGLang's client does this)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
