@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from llmbench.backends.base import Backend
 from llmbench.config.schema import RunConfig
 
@@ -17,7 +19,11 @@ def make_backend(config: RunConfig) -> Backend:
         backend = HFBackend()
     elif config.backend.type == "openai":
         from llmbench.backends.openai import OpenAIBackend
+        from llmbench.backends.preflight import preflight
 
+        # before any load: a setting the server cannot take stops the run here, in one line
+        url = preflight(config)
+        config = dataclasses.replace(config, backend=dataclasses.replace(config.backend, url=url))
         backend = OpenAIBackend()
     elif config.backend.type == "server":
         from llmbench.backends.server import ServerBackend

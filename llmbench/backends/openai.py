@@ -6,7 +6,8 @@ milliseconds of the client's own work), in a thread of the runner's process. Tha
 and stamps (openai_loop.py); poll(), on the runner's thread, parses what was read (openai_stream.py),
 so no stamp waits behind another stream's JSON, and each output carries the time its bytes were read,
 which the runner records. A request that cannot connect, gets an HTTP error or a malformed chunk, or
-whose stream stalls past workload.request_timeout_s fails alone with its reason; the run goes on."""
+whose stream stalls past workload.request_timeout_s fails alone with its reason; the run goes on. A
+run checks the server before its load (preflight.py, called by make_backend)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from llmbench.backends.openai_request import RequestForm, auth_headers
 from llmbench.backends.openai_stream import StreamParser
 from llmbench.backends.prompt_text import PromptText
 from llmbench.config.schema import RunConfig
-from llmbench.engine.models.source import model_shape, resolve_max_model_len
+from llmbench.engine.models.shape import model_shape, resolve_max_model_len
 from llmbench.engine.request import RequestOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class OpenAIBackend:
             backend.model or card["id"],
             chat=backend.endpoint == "chat",
             ignore_eos=config.workload.ignore_eos,
+            include_usage=backend.include_usage,
             token_ids=token_ids,
         )
         shape = model_shape(config.model)

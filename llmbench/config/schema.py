@@ -191,12 +191,13 @@ class BackendConfig:
     type: Literal["bundled", "hf", "openai", "server"] = "bundled"
     batch_size: int | None = bounded(None, ge=1)  # hf static batch; defaults to engine.max_num_seqs
     # openai: any OpenAI-compatible server; server: `llmbench serve` started for the run, driven the same way
-    url: str | None = None  # openai: the base URL, ending in /v1
+    url: str | None = None  # openai: the base URL, with or without its /v1
     endpoint: Literal["completions", "chat"] = "completions"
     model: str | None = None  # the served model's name; default: the first of GET <url>/models
     api_key_env: str | None = None  # the environment variable holding the API key (sent as a Bearer token)
     prompt_format: Literal["token_ids", "text"] = "token_ids"  # text: exact-length text via the tokenizer
     startup_timeout_s: float = bounded(600.0, gt=0)  # server: how long to wait for GET /health
+    include_usage: bool = True  # ask for the usage chunk (stream_options); false where a server refuses it
 
     def __post_init__(self) -> None:
         if self.type == "openai" and not self.url:

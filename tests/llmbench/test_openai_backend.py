@@ -154,9 +154,11 @@ def test_config_mistakes_name_their_key():
 
 
 def test_run_writes_every_request_and_the_vllm_metrics(tmp_path):
-    # max_concurrency 1: request i meets script i; the second fails, the run goes on
+    # max_concurrency 1: request i meets script i + 1 (the first answers the preflight's test request);
+    # the second fails, the run goes on
     server_times = {"t_queued": 1.0, "t_scheduled": 1.5, "t_first_token": 2.0, "t_token_handed": [2.0, 2.5]}
     scripts = [
+        Script(chunks=[1]),
         Script(chunks=[1, 2], gap_s=0.01, server_timestamps=server_times),
         Script(kind="status", status=503),
         Script(chunks=[3]),
