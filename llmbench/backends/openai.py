@@ -2,12 +2,13 @@
 
 The streams run on an asyncio loop of their own with aiohttp, the client library vLLM's and AIPerf's
 benchmarks use (with httpx, 256 streams opened at once reached the server only after hundreds of
-milliseconds of the client's own work), in a thread of the runner's process. That loop only reads
-and stamps (openai_loop.py); poll(), on the runner's thread, parses what was read (openai_stream.py),
-so no stamp waits behind another stream's JSON, and each output carries the time its bytes were read,
-which the runner records. A request that cannot connect, gets an HTTP error or a malformed chunk, or
-whose stream stalls past workload.request_timeout_s fails alone with its reason; the run goes on. A
-run checks the server before its load (preflight.py, called by make_backend)."""
+milliseconds of the client's own work): in a thread of the runner's process, or with backend.workers
+> 1 in worker processes (openai_workers.py). That loop only reads and stamps (openai_loop.py); poll(),
+on the runner's thread, parses what was read (openai_stream.py), so no stamp waits behind another
+stream's JSON, and each output carries the time its bytes were read, which the runner records. A
+request that cannot connect, gets an HTTP error or a malformed chunk, or whose stream stalls past
+workload.request_timeout_s fails alone with its reason; the run goes on. A run checks the server
+before its load (preflight.py, called by make_backend)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from llmbench.backends.base import ModelInfo
 from llmbench.backends.openai_loop import StreamSettings, ThreadLoop
 from llmbench.backends.openai_request import RequestForm, auth_headers
 from llmbench.backends.openai_stream import StreamParser
+from llmbench.backends.openai_workers import WorkerPool, worker_count
 from llmbench.backends.prompt_text import PromptText
 from llmbench.config.schema import RunConfig
 from llmbench.engine.models.shape import model_shape, resolve_max_model_len
@@ -63,7 +65,10 @@ class OpenAIBackend:
         self._wall_offset = time.time() - time.perf_counter()
         timeout = config.workload.request_timeout_s
         settings = StreamSettings(self._url + self._form.path, headers, timeout or 30.0, timeout)
-        self._streams = ThreadLoop(settings)
+        workers = worker_count(backend.workers, config.workload)
+        self._streams = ThreadLoop(settings) if workers == 1 else WorkerPool(workers, settings)
+        if workers > 1:
+            logger.info("streaming from %d worker processes", workers)
 
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
         prompt = self._text.of_tokens(prompt_token_ids) if self._text else prompt_token_ids

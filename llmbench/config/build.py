@@ -1,8 +1,8 @@
 """Build dataclasses from YAML data by walking their fields and type hints.
 
-Handles the types configs use (int, float, bool, str, Optional, Literal, list[...], nested
-dataclasses) and numeric bounds declared with `bounded`. Every problem is a ConfigError whose key is
-the full dotted path; range checks raised by a dataclass's own __post_init__ get the path prefixed."""
+Handles the types configs use (int, float, bool, str, Optional, Literal, a union of such, list[...],
+nested dataclasses) and numeric bounds declared with `bounded`. Every problem is a ConfigError whose key
+is the full dotted path; range checks raised by a dataclass's own __post_init__ get the path prefixed."""
 
 from __future__ import annotations
 
@@ -50,8 +50,17 @@ def _convert(hint: Any, value: Any, path: str, bounds: Any, skip: set) -> Any:
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(inner, value, path, bounds, skip)
+        arms = [a for a in args if a is not type(None)]
+        if len(arms) == 1:
+            return _convert(arms[0], value, path, bounds, skip)
+        for arm in arms:  # a number or a word (backend.workers: 4 or auto): the first arm that fits
+            try:
+                return _convert(arm, value, path, bounds, skip)
+            except ConfigError:
+                pass
+        raise ConfigError(
+            path, f"expected {' or '.join(_describe_arm(a, bounds) for a in arms)}, got {_show(value)}"
+        )
     if origin is Literal:
         if value not in args:
             raise ConfigError(path, f"expected one of {', '.join(map(str, args))}, got {_show(value)}")
@@ -106,6 +115,12 @@ def _describe(hint: Any, bounds: Any) -> str:
     if bounds.get("ge") is not None:
         return f"{noun} >= {bounds['ge']:g}{upper}"
     return noun
+
+
+def _describe_arm(hint: Any, bounds: Any) -> str:
+    if typing.get_origin(hint) is Literal:
+        return ", ".join(map(str, typing.get_args(hint)))
+    return _describe(hint, bounds)
 
 
 def _unknown_key_message(key: str, known: list[str]) -> str:

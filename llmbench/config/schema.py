@@ -198,6 +198,9 @@ class BackendConfig:
     prompt_format: Literal["token_ids", "text"] = "token_ids"  # text: exact-length text via the tokenizer
     startup_timeout_s: float = bounded(600.0, gt=0)  # server: how long to wait for GET /health
     include_usage: bool = True  # ask for the usage chunk (stream_options); false where a server refuses it
+    # processes streaming the load, each its own event loop (1: a thread of the runner's process); auto:
+    # one per 256 streams of workload.max_concurrency, at most the cores less one (backends/openai_workers)
+    workers: int | Literal["auto"] = bounded(1, ge=1, le=256)
 
     def __post_init__(self) -> None:
         if self.type == "openai" and not self.url:

@@ -1,0 +1,91 @@
+"""backend.workers: worker processes streaming one schedule give the rows one process gives."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from llmbench.engine.request import SamplingParams
+
+from llmbench.backends.openai import OpenAIBackend
+from llmbench.backends.openai_workers import STREAMS_PER_WORKER, worker_count
+from llmbench.config.load import parse_config
+from llmbench.config.schema import ConfigError
+from llmbench.mock_server import MockServer, MockSettings
+from llmbench.run.records import load_requests
+from llmbench.run.runner import run_benchmark
+
+RUN = {
+    "name": "workers",
+    "model": {"preset": "tiny"},
+    "workload": {
+        "num_requests": 24,
+        "max_concurrency": 6,
+        "input": {"dist": "uniform", "min": 3, "max": 30},
+        "output": {"dist": "uniform", "min": 1, "max": 9},
+    },
+    "output": {"report": False},
+}
+
+
+def config(url: str, *overrides: str):
+    return parse_config(RUN, ["backend.type=openai", f"backend.url={url}", *overrides])
+
+
+def rows(run_dir) -> list[tuple]:
+    """Each request's id, lengths and finish, in submit order (requests submitted in one poll share a
+    time; the runner submits them in the workload's order, its ids')."""
+    records = sorted(load_requests(run_dir), key=lambda r: (r.submit_time, int(r.id)))
+    return [(r.id, r.prompt_len, r.output_len, len(r.token_times), r.finish_reason) for r in records]
+
+
+def test_two_workers_give_the_rows_of_one(tmp_path):
+    with MockServer(MockSettings(ttft_ms=1, itl_ms=1, output_tokens=16)) as mock:
+        run_benchmark(config(mock.url), tmp_path / "one")
+        run_benchmark(config(mock.url, "backend.workers=2"), tmp_path / "two")
+        served = [r.tokens for r in mock.records()]
+    one, two = rows(tmp_path / "one"), rows(tmp_path / "two")
+    assert len(one) == 24 and all(finish == "length" for *_, finish in one)
+    assert two == one
+    assert sorted(served) == sorted([1, 1] + [row[2] for row in one + two])  # 2 preflights, then the load
+
+
+def test_a_worker_that_dies_fails_its_streams_alone():
+    with MockServer(MockSettings(ttft_ms=0, itl_ms=50, output_tokens=100)) as mock:
+        backend = OpenAIBackend()
+        backend.start(config(mock.url, "backend.workers=2"))
+        try:
+            for request_id in "ab":  # one each: the least busy worker takes the next stream
+                backend.submit(request_id, [5, 6, 7], SamplingParams(max_tokens=100))
+            first = set()
+            while len(first) < 2:
+                first |= {o.request_id for o in backend.poll()}
+            victim = backend._streams._workers[0]
+            os.kill(victim.pid, signal.SIGKILL)
+            finished = {}
+            deadline = time.monotonic() + 30
+            while backend.has_unfinished() and time.monotonic() < deadline:
+                for output in backend.poll():
+                    if output.finished:
+                        finished[output.request_id] = output
+        finally:
+            backend.close()
+    assert finished["a"].error == "client error: worker process 0 exited with code -9"
+    assert finished["b"].error is None and finished["b"].finish_reason.value == "length"
+
+
+def test_auto_takes_one_worker_per_256_streams_and_leaves_the_runner_a_core(monkeypatch):
+    workload = parse_config(RUN, ["workload.max_concurrency=600"]).workload
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert worker_count("auto", workload) == 3 == -(-600 // STREAMS_PER_WORKER)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert worker_count("auto", workload) == 1  # 2 cores: the runner's thread streams
+    assert worker_count(4, workload) == 4
+
+
+@pytest.mark.parametrize("value", ["0", "many", "257", "true"])
+def test_a_bad_workers_value_names_the_key(value):
+    with pytest.raises(ConfigError, match=r"^backend\.workers: expected an integer >= 1 and <= 256 or auto"):
+        parse_config(RUN, [f"backend.workers={value}"])
