@@ -25,7 +25,7 @@ from llmbench.engine.input_batch import prepare_inputs
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.loader import load_model
 from llmbench.engine.model_facts import resolve_model_facts
-from llmbench.engine.models.shape import model_shape
+from llmbench.engine.models.source import model_shape
 from llmbench.engine.request import SamplingParams
 from llmbench.kernels import reference, triton_ops
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import torch
 from llmbench.engine.config import EngineConfig
-from llmbench.engine.models.shape import LlamaShape, model_shape, resolve_max_model_len
+from llmbench.engine.models.shape import LlamaShape
+from llmbench.engine.models.source import model_shape, resolve_max_model_len
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

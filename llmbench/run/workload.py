@@ -209,7 +209,7 @@ def load_tokenizer(config: RunConfig) -> Tokenizer:
 
     path = config.workload.dataset.tokenizer or config.model.tokenizer
     if path is None:
-        from llmbench.engine.models.shape import model_shape
+        from llmbench.engine.models.source import model_shape
         from llmbench.engine.serving.tokenizer import load_tokenizer as model_tokenizer
 
         try:

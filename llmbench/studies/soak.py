@@ -22,7 +22,7 @@ from llmbench.engine.check import (
     assert_engine_empty,
 )
 from llmbench.engine.config import EngineConfig
-from llmbench.engine.models.shape import model_shape
+from llmbench.engine.models.source import model_shape
 from llmbench.engine.request import FinishReason, SamplingParams
 
 if TYPE_CHECKING:
