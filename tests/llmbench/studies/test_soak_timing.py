@@ -2,8 +2,8 @@
 pass the step's start event on, so the check runs on a GPU too."""
 
 from llmbench.studies.soak import _check_each_batch
-from tests.engine.test_multistep import run, workload
-from tests.engine.test_step_timing import FORWARD_MS, timed_model_engine
+from tests.engine.fake_device import FORWARD_MS, timed_model_engine
+from tests.engine.helpers import run, workload
 
 
 def test_checked_batches_keep_their_gpu_spans():
