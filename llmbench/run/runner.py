@@ -34,6 +34,7 @@ from llmbench.run.plan import Workload, build_workload
 from llmbench.run.recorder import DeferredOutputs, new_record, sampling_params
 from llmbench.run.records import RequestRecord
 from llmbench.run.result_files import ResultWriter
+from llmbench.run.samples import SampleCatcher
 from llmbench.run.sessions import Sessions
 from llmbench.run.step_rows import StepRows
 from llmbench.run.summary import build_summary, nothing_completed
@@ -72,6 +73,7 @@ class _RunState:
     window: ProfileWindow | None = None  # under `llmbench profile`: starts and stops the profiler
     not_started: int = 0  # of the current phase: requests without a token when it was cut short
     telemetry: Telemetry | None = None  # the GPU and the server's /metrics during timed trials
+    samples: SampleCatcher = field(default_factory=SampleCatcher)  # a few completions, for the report
 
 
 def run_benchmark(
@@ -140,6 +142,9 @@ def run_benchmark(
             telemetry.finish(summary, run_dir)
             if config.workload.session.turns > 1:
                 summary["turns"] = per_turn_metrics(state.records, config.output.percentiles, config.slo)
+            samples = state.samples.texts(config)
+            if samples:
+                summary["samples"] = samples
             if stopped:
                 summary["stop_reason"] = stopped
             elif interrupted:
@@ -192,6 +197,7 @@ def _run_phase(
     live: dict[str, RequestRecord] = {}  # by backend request id
     deferred = DeferredOutputs(live, state.run_start, state.backend.stamps_outputs, save_tokens or sessions)
     state.not_started = 0
+    sampled_phase = trial == 0 and not warmup
     if state.progress:
         state.progress.phase(label, len(requests))
     phase_start = time.perf_counter()
@@ -215,12 +221,16 @@ def _run_phase(
                 submit = max(phase_start + request.arrival_time, slot_opened)
                 backend_id = f"{trial}:{request.request_id}"
                 live[backend_id] = _submit(state, backend_id, request, trial, warmup, submit)
+                if sampled_phase:
+                    state.samples.want(backend_id, request.prompt_token_ids, request.prompt)
             if not live:
                 time.sleep(max(0.0, phase_start + pending[0].arrival_time - time.perf_counter()))
                 continue
             was_full = limit is not None and len(live) >= limit
             outputs = _poll(state, while_waiting)
             arrival = time.perf_counter()
+            if state.samples.waiting:
+                state.samples.look(outputs)
             finished = deferred.add(outputs, arrival)
             if finished:
                 _finish(state, finished)

