@@ -34,6 +34,9 @@ class RequestForm:
             body["stream_options"] = {"include_usage": True}
         if self.ignore_eos:  # vLLM's and SGLang's extension; OpenAI itself has no such parameter
             body["ignore_eos"] = True
+            # llama.cpp's server ignores ignore_eos but stops no earlier than min_tokens (vLLM takes it too):
+            # every server then produces the lengths the workload asked for
+            body["min_tokens"] = params.max_tokens
         if params.top_k:  # the same servers' extension
             body["top_k"] = params.top_k
         if self.token_ids:

@@ -56,6 +56,7 @@ def test_stream_counts_chunks_as_arrivals_and_tokens_from_usage():
             backend.close()
     body = server.bodies[0]
     assert body["model"] == MODEL and body["prompt"] == [7, 8, 9] and body["ignore_eos"] is True
+    assert body["min_tokens"] == body["max_tokens"]  # the same lengths from a server without ignore_eos
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     # three chunks with text (the empty one is no arrival); the text chunks show 3 tokens, usage says 6
     assert [len(o.new_token_ids) for o in outputs] == [1, 1, 1, 3]
