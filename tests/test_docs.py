@@ -22,11 +22,6 @@ DOCS = sorted(
     [ROOT / "README.md", *(p for p in (ROOT / "docs").rglob("*.md") if "measurements" not in p.parent.parts)]
     + list((ROOT / "docs" / "measurements").glob("*.md"))
 )
-# the CLI as installed, whatever module holds it: the console script's entry point, in a process of its own
-LAUNCH = (
-    "import sys; from importlib.metadata import entry_points; sys.argv[0] = 'llmbench'; "
-    "sys.exit(entry_points(group='console_scripts')['llmbench'].load()())"
-)
 REPO_DIRS = ("docs", "benchmarks", "scripts", "configs", "llmbench", "engine", "kernels", "tests")
 REPO_PATH = re.compile(rf"(?<![\w./:-])((?:{'|'.join(REPO_DIRS)})/[\w./-]*)")  # not a git REV:path
 COMMAND = re.compile(r"(?<![\w./-])llmbench ([a-z][a-z-]*)")
@@ -57,7 +52,12 @@ def help_text(command: str) -> tuple[int, str]:
     args = [command, "--help"] if command else ["--help"]
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
     done = subprocess.run(
-        [sys.executable, "-c", LAUNCH, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+        [sys.executable, "-m", "llmbench", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
     )
     return done.returncode, done.stdout + done.stderr
 
