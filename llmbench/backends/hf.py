@@ -53,7 +53,10 @@ class HFBackend:
         with torch.device("meta"):
             self.model = LlamaForCausalLM(LlamaConfig(**hf_config(shape)))
         # assign=True makes the HF parameters views of the engine's tensors: one copy of the weights
-        self.model.load_state_dict(hf_state_dict(engine_model, shape), assign=True)
+        tied = shape.tie_word_embeddings
+        self.model.load_state_dict(hf_state_dict(engine_model, shape), assign=True, strict=not tied)
+        if tied:  # the engine holds one embedding; the head is made its view, as transformers ties them
+            self.model.tie_weights()
         # the rotary tables are computed, not loaded: build them on the weights' device
         self.model.model.rotary_emb = LlamaRotaryEmbedding(self.model.config).to(self.model.device)
         self.model.eval()
