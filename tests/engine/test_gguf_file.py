@@ -54,7 +54,10 @@ def test_each_quantized_type_dequantizes_as_transformers_does(tmp_path, type_nam
     write(tmp_path / "t.gguf", {"t": (type_name, blocks)})
     ours = GGUFFile(tmp_path / "t.gguf").read("t")
     qtype = gguf.GGMLQuantizationType[type_name]
-    theirs = dequant.dequantize(torch.from_numpy(blocks.reshape(-1)), int(qtype)).reshape(4, 512).numpy()
+    try:
+        theirs = dequant.dequantize(torch.from_numpy(blocks.reshape(-1)), int(qtype)).reshape(4, 512).numpy()
+    except ValueError as e:  # older releases (the GPU image's 5.17) take only Q8_0 and the K types
+        pytest.skip(f"this transformers cannot dequantize {type_name}: {e}")
     assert ours.shape == (4, 512) and ours.dtype == np.float32
     # two implementations, one rounding each of d*q(+m) in float32: a few units in the last place
     np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6 * np.abs(theirs).max())
