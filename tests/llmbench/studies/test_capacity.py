@@ -63,7 +63,10 @@ def test_the_search_finds_the_knee_of_the_null_executor_within_its_interval(tmp_
     assert result.exit_code == 0, result.output
     data = check_answer(out)
     assert "answer: at least" in result.output
-    assert [r["repeat"] for r in data["runs"]].count(1) == 2  # one rerun at each bound
+    # one rerun at each of the two bounds the answer names; how many earlier bounds a rerun overturned
+    # (and so how many reruns there were in all) depends on the host's speed, as goodput does
+    reruns = {r["value"] for r in data["runs"] if r["repeat"] == 1}
+    assert {data["passing"], data["failing"]} <= reruns
 
 
 def test_the_search_finds_the_knee_through_our_http_server(tmp_path):
