@@ -195,9 +195,11 @@ def report(
 ) -> None:
     """Write report.html (self-contained) and PNG plots for one run, or side by side for several.
 
-    Example:
+    Example (two runs of the CI config, the second without prefix caching, side by side):
 
-        llmbench report runs/quickstart-20250101-120000 runs/quickstart-20250102-120000
+        llmbench run configs/ci.yaml --out runs/before
+        llmbench run configs/ci.yaml --out runs/after --set engine.prefix_caching=false
+        llmbench report runs/before runs/after --out runs/before-vs-after
     """
     from llmbench.report import ReportError, default_report_dir, write_report
 
@@ -223,9 +225,11 @@ def compare(
 ) -> None:
     """Compare two runs; exit 1 when a metric regressed beyond its threshold and the trial noise.
 
-    Example:
+    Example (the engine's CPU time per step without prefix caching, against with it):
 
-        llmbench compare runs/baseline runs/current --metric steps.mean_cpu_ms_per_step:150%
+        llmbench run configs/ci.yaml --out runs/before
+        llmbench run configs/ci.yaml --out runs/after --set engine.prefix_caching=false
+        llmbench compare runs/before runs/after --metric steps.mean_cpu_ms_per_step:150%
     """
     from llmbench.gate.compare import CompareError, compare_runs, has_regression, verdict_table
 
