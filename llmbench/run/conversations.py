@@ -17,20 +17,24 @@ _ORDER = 30  # stream id of the conversations' order
 Conversation = list[tuple[list[int], list[int]]]  # (user turn, answer) token ids, in order
 
 
-def load_conversations(config: RunConfig, info: ModelInfo) -> list[Conversation]:
+def load_conversations(config: RunConfig, info: ModelInfo, count: int) -> list[Conversation]:
+    """The first `count` usable conversations in seeded order. Only those are tokenized: tokenizing
+    every conversation of the ShareGPT file (about 10,000 with two or more turns) took 45 s on 2 cores
+    before a run could start."""
     tokenizer = load_tokenizer(config)
     entries = read_dataset_json(config)
+    candidates = [texts for entry in entries if (texts := _pairs(entry, config.workload.session.turns))]
+    order = np.random.default_rng([config.workload.seed, 0, _ORDER]).permutation(len(candidates))
     conversations = []
-    for entry in entries if isinstance(entries, list) else []:
-        texts = _pairs(entry, config.workload.session.turns)
-        if not texts:
-            continue
+    for i in order:
+        if len(conversations) == count:
+            break
         conversation = [
             (
                 tokenizer.encode(user, add_special_tokens=k == 0).ids,
                 tokenizer.encode(answer, add_special_tokens=False).ids,
             )
-            for k, (user, answer) in enumerate(texts)
+            for k, (user, answer) in enumerate(candidates[i])
         ]
         first_user, first_answer = conversation[0]
         if first_user and first_answer and len(first_user) + len(first_answer) <= info.max_model_len:
@@ -43,8 +47,12 @@ def load_conversations(config: RunConfig, info: ModelInfo) -> list[Conversation]
             f"workload.dataset.tokenizer: token id {max(bad)} is outside the model's vocabulary "
             f"({info.vocab_size}); use the model's own tokenizer"
         )
-    order = np.random.default_rng([config.workload.seed, 0, _ORDER]).permutation(len(conversations))
-    return [conversations[i] for i in order]
+    if len(conversations) < count:
+        raise WorkloadError(
+            f"workload.dataset.path: {len(conversations)} usable conversations, "
+            f"need {count} sessions (num_requests + warmup_requests)"
+        )
+    return conversations
 
 
 def _pairs(entry: object, most: int) -> list[tuple[str, str]]:

@@ -18,6 +18,7 @@ from llmbench.run.sessions import Session, Sessions, Turn
 from llmbench.run.workload import (
     WorkloadError,
     arrival_times,
+    check_token_budget,
     sample_lengths,
     shared_prefixes,
     synthetic_tokens,
@@ -32,12 +33,7 @@ def session_workload(config: RunConfig, info: ModelInfo) -> tuple[Sessions, Sess
     wl = config.workload
     conversations = None
     if wl.dataset.type == "sharegpt":
-        conversations = load_conversations(config, info)
-        if len(conversations) < wl.num_requests + wl.warmup_requests:
-            raise WorkloadError(
-                f"workload.dataset.path: {len(conversations)} usable conversations, "
-                f"need {wl.num_requests + wl.warmup_requests} sessions (num_requests + warmup_requests)"
-            )
+        conversations = load_conversations(config, info, wl.num_requests + wl.warmup_requests)
     n = wl.num_requests
     starts = arrival_times(wl.arrival, n, np.random.default_rng([wl.seed, 0, _STARTS]))
     prefixes = shared_prefixes(config, info)
@@ -63,8 +59,10 @@ def plan_sessions(
     def rng(purpose: int) -> np.random.Generator:
         return np.random.default_rng([wl.seed, phase, purpose])
 
+    sampled = sample_lengths(wl.output, n * turns, rng(_ANSWER_LENGTHS))
     if conversations is None:
         users = sample_lengths(wl.input, n * turns, rng(_USER_LENGTHS))
+        check_token_budget(sum(users) + sum(sampled))  # the answers are drawn too, as histories
         user_rng, answer_rng = rng(_USER_TOKENS), rng(_ANSWER_TOKENS)
         conversations = [
             [(synthetic_tokens(users[i * turns + k], info, user_rng), []) for k in range(turns)]
@@ -72,7 +70,6 @@ def plan_sessions(
         ]
     else:
         answer_rng = rng(_ANSWER_TOKENS)
-    sampled = sample_lengths(wl.output, n * turns, rng(_ANSWER_LENGTHS))
     from_dataset = wl.dataset.type == "sharegpt" and wl.dataset.output_lengths_from_dataset
     think_rng = rng(_THINK)
     sessions = []
