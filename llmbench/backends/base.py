@@ -36,10 +36,11 @@ class ModelInfo:
 @dataclass
 class ServedOutput(RequestOutput):
     """An output read from an HTTP stream, its t_emit when the client read it (on the runner's clock);
-    the finished one carries the engine's own timestamps for the request when the server is ours
-    (perf_counter seconds)."""
+    the finished one carries the engine's own timestamps for the request when the server is ours, and
+    the client's HTTP phases (perf_counter seconds)."""
 
     server_timestamps: dict[str, Any] | None = None
+    http_phases: dict[str, float | None] | None = None  # the finished one's: openai_stream.HTTP_PHASES
 
 
 class Backend(Protocol):
@@ -67,5 +68,8 @@ class Backend(Protocol):
     def has_unfinished(self) -> bool: ...
 
     def drain_step_records(self) -> list: ...
+
+    # the figures of each stream loop of an HTTP client (backends/loop_monitor.py); None in process
+    def client_usage(self) -> list[dict] | None: ...
 
     def close(self) -> None: ...

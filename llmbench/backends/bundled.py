@@ -57,5 +57,8 @@ class BundledBackend:
     def drain_step_records(self) -> list:
         return self.engine.drain_step_records()
 
+    def client_usage(self) -> None:
+        return None  # no client loop: the runner hands requests to the engine itself
+
     def close(self) -> None:
         self.engine.shutdown()

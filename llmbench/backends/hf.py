@@ -126,6 +126,9 @@ class HFBackend:
     def drain_step_records(self) -> list:
         return []  # generate() exposes no per-step breakdown
 
+    def client_usage(self) -> None:
+        return None  # no client loop: the runner hands requests to generate() itself
+
     def close(self) -> None:
         self._stop.set()
         with self._work:

@@ -2,8 +2,9 @@
 
 The streams run on an asyncio loop of their own with aiohttp, the client library vLLM's and AIPerf's
 benchmarks use (with httpx, 256 streams opened at once reached the server only after hundreds of
-milliseconds of the client's own work): in a thread of the runner's process, or with backend.workers
-> 1 in worker processes (openai_workers.py). That loop only reads and stamps (openai_loop.py); poll(),
+milliseconds of the client's own work): in a thread of the runner's process, with backend.workers
+> 1 in worker processes (openai_workers.py), or with backend.ray_address in Ray actors over a cluster's
+hosts (openai_ray.py). That loop only reads and stamps (openai_loop.py); poll(),
 on the runner's thread, parses what was read (openai_stream.py), so no stamp waits behind another
 stream's JSON, and each output carries the time its bytes were read, which the runner records. A
 request that cannot connect, gets an HTTP error or a malformed chunk, or whose stream stalls past
@@ -65,6 +66,11 @@ class OpenAIBackend:
         self._wall_offset = time.time() - time.perf_counter()
         timeout = config.workload.request_timeout_s
         settings = StreamSettings(self._url + self._form.path, headers, timeout or 30.0, timeout)
+        if backend.ray_address:
+            from llmbench.backends.openai_ray import RayWorkers  # Ray is an extra: imported where asked for
+
+            self._streams = RayWorkers(backend.workers, config.workload, settings, backend.ray_address)
+            return
         workers = worker_count(backend.workers, config.workload)
         self._streams = ThreadLoop(settings) if workers == 1 else WorkerPool(workers, settings)
         if workers > 1:
@@ -104,6 +110,9 @@ class OpenAIBackend:
 
     def drain_step_records(self) -> list:
         return []  # the server's engine steps are not visible over HTTP
+
+    def client_usage(self) -> list[dict]:
+        return self._streams.usage()
 
     def close(self) -> None:
         self._streams.close()

@@ -6,9 +6,11 @@ waiting behind another stream's JSON.
 perf_counter is CLOCK_MONOTONIC on Linux, one clock for every process of the host: a worker process's
 stamps compare with the runner's submit times as they are.
 
-What reaches the sink, in order per request: (request_id, stamp, bytes) for each read of the body,
-then (request_id, stamp, None) at its end, or (request_id, stamp, message) when it fails (connection
-error, HTTP error status, stall past workload.request_timeout_s)."""
+What reaches the sink, in order per request: (request_id, stamp, [send start, connected, request sent])
+once the response's headers are in (the stamp), then (request_id, stamp, bytes) for each read of the
+body, then (request_id, stamp, None) at its end, or (request_id, stamp, message) when it fails
+(connection error, HTTP error status, stall past workload.request_timeout_s). A LoopMonitor
+(loop_monitor.py) keeps the loop's lag and CPU use beside."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
 
+from llmbench.backends.loop_monitor import LoopMonitor, phase_tracing
 from llmbench.backends.openai_stream import RequestFailed, error_message
 
 logger = logging.getLogger(__name__)
@@ -48,6 +51,7 @@ class StreamLoop:
         self._sink = sink
         self._tasks: dict[str, asyncio.Task] = {}
         self._session = None
+        self.monitor = LoopMonitor()
 
     async def open(self) -> None:
         import aiohttp
@@ -62,7 +66,9 @@ class StreamLoop:
             timeout=timeout,
             connector=aiohttp.TCPConnector(limit=0),
             read_bufsize=READ_BUFFER,
+            trace_configs=[phase_tracing()],
         )
+        self.monitor.open()
 
     def start(self, request_id: str, body: bytes) -> None:
         self._tasks[request_id] = asyncio.get_running_loop().create_task(self._stream(request_id, body))
@@ -77,13 +83,18 @@ class StreamLoop:
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         await self._session.close()
+        self.monitor.close()
 
     async def _stream(self, request_id: str, body: bytes) -> None:
         import aiohttp
 
         sink = self._sink
+        self.monitor.started()  # here, not in start(): a task cancelled before it runs never ends either
+        phases = [perf_counter(), None, None]  # the trace hooks fill in connected and request sent
         try:
-            async with self._session.post(self._settings.url, data=body) as response:
+            post = self._session.post(self._settings.url, data=body, trace_request_ctx=phases)
+            async with post as response:
+                sink((request_id, perf_counter(), phases))
                 if response.status >= 400:
                     detail = (await response.read()).decode(errors="replace")
                     raise RequestFailed(f"HTTP {response.status}: {error_message(detail)}")
@@ -105,6 +116,7 @@ class StreamLoop:
             self._fail(request_id, f"client error: {type(e).__name__}: {e}")
         finally:
             self._tasks.pop(request_id, None)
+            self.monitor.ended()
 
     def _fail(self, request_id: str, message: str) -> None:
         self._sink((request_id, perf_counter(), message))
@@ -127,6 +139,13 @@ class ThreadLoop:
 
     def cancel(self, request_id: str) -> None:
         self._loop.call_soon_threadsafe(self._streams.cancel, request_id)
+
+    def usage(self) -> list[dict]:
+        """The loop's LoopMonitor figures, as the one worker's."""
+        return [self._call(self._usage())]
+
+    async def _usage(self) -> dict:
+        return self._streams.monitor.usage()
 
     def receive(self, timeout: float) -> list[tuple]:
         """What arrived, waiting up to `timeout` seconds for the first of it."""

@@ -5,7 +5,8 @@ is the first token, and the output token count is the server's `usage` (tokens n
 ones whose text a detokenizer held back, join the last chunk).
 
 StreamParser takes a response's reads as the stream loop stamped them (openai_loop.py) and splits
-them into `data:` lines, each arriving at the stamp of the read that completed it. Chunks are decoded
+them into `data:` lines, each arriving at the stamp of the read that completed it; the request's last
+output carries its HTTP phases (HTTP_PHASES, perf_counter seconds). Chunks are decoded
 into typed structs (msgspec): ~1 us a chunk where json.loads and its dict lookups took ~8."""
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from llmbench.engine.request import FinishReason
 UNKNOWN_TOKEN = -1  # output token ids a server does not return (requests.jsonl with output.save_tokens)
 FINISH_REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 SERVER_TIMES = ("t_queued", "t_scheduled", "t_first_token", "t_token_handed")
+# the loop began the request, its connection was ready, the request was written, the response's headers
+# were in, its first body bytes were read (requests.jsonl's columns of the same names, with _time)
+HTTP_PHASES = ("send_start", "connect", "request_sent", "headers", "first_byte")
 
 
 class _Delta(msgspec.Struct):
@@ -158,18 +162,26 @@ class StreamParser:
         self.done = False  # its last output is out: nothing more of the stream is of use
         self._pending = b""  # the start of a line the next read completes
         self._ended = False  # [DONE] seen
+        self._phases: list[float | None] = [None] * len(HTTP_PHASES)
 
     def take(self, stamp: float, data: bytes | str | None, wall_offset: float) -> list[ServedOutput]:
         """The outputs of one item from the loop: a read's bytes, the end (None) or a failure (its
         message); `wall_offset` as StreamReader.finished takes it."""
         try:
             if isinstance(data, bytes):
+                if self._phases[4] is None:
+                    self._phases[4] = stamp
                 return self._read(data, stamp)
+            if isinstance(data, list):  # the headers are in: the request's phases so far
+                self._phases[:4] = [*data, stamp]
+                return []
             if data is not None:
                 raise RequestFailed(data)
             last = self.reader.finished(wall_offset)
         except RequestFailed as e:
             last = ServedOutput(self.reader.request_id, [], True, FinishReason.ERROR, str(e), stamp)
+        if self._phases[0] is not None:
+            last.http_phases = dict(zip(HTTP_PHASES, self._phases, strict=True))
         self.done = True
         return [last]
 

@@ -7,9 +7,10 @@ max_concurrency); each goes to the worker with the fewest streams. A worker read
 msgpack frame on its stdout; the runner's poll parses it as it would a thread's. Stamps are
 perf_counter, CLOCK_MONOTONIC: the runner's clock too.
 
-Frames both ways: a 4-byte little-endian length, then msgpack. To a worker: ["start", id, body] or
-["cancel", id]; its stdin closing stops it. From a worker: a list of (id, stamp, bytes | message |
-None) as openai_loop describes, the first one empty, once it is ready."""
+Frames both ways: a 4-byte little-endian length, then msgpack. To a worker: ["start", id, body],
+["cancel", id] or ["usage", ""]; its stdin closing stops it. From a worker: a list of (id, stamp,
+phases | bytes | message | None) as openai_loop describes, the first one empty, once it is ready; the
+answer to "usage" is ("", stamp, its LoopMonitor figures)."""
 
 from __future__ import annotations
 
@@ -29,19 +30,22 @@ from llmbench.backends.openai_loop import StreamLoop, StreamSettings, new_event_
 
 STREAMS_PER_WORKER = 256  # backend.workers auto: one loop keeps its stamps near a bare client's up to here
 READY_TIMEOUT_S = 60.0
+USAGE_TIMEOUT_S = 10.0
 STOP_GRACE_S = 10.0
 PIPE_BYTES = 1 << 20  # each worker's pipe to the runner holds this much, so a busy runner rarely blocks one
 _HEADER = 4
 
 
-def worker_count(setting: int | str, workload) -> int:
+def worker_count(setting: int | str, workload, cores: int | None = None) -> int:
     """backend.workers as a number. `auto`: one worker per STREAMS_PER_WORKER streams of the configured
     concurrency (workload.max_concurrency, else its number of requests), at most the usable cores less
-    one (the runner's own), at least one (which streams from a thread of the runner's process)."""
+    one (the runner's own), at least one (which streams from a thread of the runner's process).
+    `cores`: where the workers run when that is not this host (a Ray cluster's CPUs)."""
     if setting != "auto":
         return setting
     streams = workload.max_concurrency or workload.num_requests
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(cores - 1, math.ceil(streams / STREAMS_PER_WORKER)))
 
 
@@ -84,8 +88,10 @@ class WorkerPool:
         self._where: dict[str, int] = {}
         self._encode = msgspec.msgpack.Encoder().encode
         self._decode = msgspec.msgpack.Decoder().decode
+        self._held: list[tuple] = []  # streams' items read while waiting for usage(), for receive()
+        self._usage: list[dict | None] = [None] * count
         for w in self._workers:
-            _grow_pipe(w.stdout.fileno())
+            grow_pipe(w.stdout.fileno())
         self._wait_ready()
 
     def start(self, request_id: str, body: bytes) -> None:
@@ -101,6 +107,25 @@ class WorkerPool:
 
     def receive(self, timeout: float) -> list[tuple]:
         """What the workers read, waiting up to `timeout` seconds for the first of it."""
+        if self._held:
+            items, self._held = self._held, []
+            return items + self._read(0.0)
+        return self._read(timeout)
+
+    def usage(self) -> list[dict]:
+        """Each live worker's LoopMonitor figures (a worker that does not answer in time is left out)."""
+        self._usage = [None] * len(self._workers)
+        asked = [i for i, w in enumerate(self._workers) if not w.stdout.closed]
+        for worker in asked:
+            self._send(worker, ["usage", ""])
+        deadline = time.monotonic() + USAGE_TIMEOUT_S
+        while any(self._usage[i] is None and not self._workers[i].stdout.closed for i in asked):
+            if time.monotonic() > deadline:
+                break
+            self._held += self._read(0.1)
+        return [usage for usage in self._usage if usage is not None]
+
+    def _read(self, timeout: float) -> list[tuple]:
         items = []
         for pipe in wait([w.stdout for w in self._workers if not w.stdout.closed], timeout):
             fd = pipe.fileno()
@@ -111,9 +136,13 @@ class WorkerPool:
             buffer = self._buffers[fd]
             buffer += data
             for payload in split_frames(buffer):
-                items += self._decode(payload)
+                for item in self._decode(payload):
+                    if item[0] == "":  # not a stream's: the worker's answer to "usage"
+                        self._usage[self._index[fd]] = item[2]
+                    else:
+                        items.append(item)
         for request_id, _, data in items:
-            if not isinstance(data, bytes):  # its end or failure: the stream has left its worker
+            if data is None or isinstance(data, str):  # its end or failure: the stream has left its worker
                 worker = self._where.pop(request_id, None)
                 if worker is not None:
                     self._streams[worker].discard(request_id)
@@ -166,7 +195,7 @@ class WorkerPool:
                 raise RuntimeError(f"backend.workers: no worker ready within {READY_TIMEOUT_S:g} s")
 
 
-def _grow_pipe(fd: int) -> None:
+def grow_pipe(fd: int) -> None:
     try:
         import fcntl
 
@@ -175,7 +204,18 @@ def _grow_pipe(fd: int) -> None:
         pass  # not Linux, or past /proc/sys/fs/pipe-max-size: the default pipe still works
 
 
-async def _serve(settings: StreamSettings, to_runner) -> None:
+def run_worker(settings: StreamSettings, from_runner: int, to_runner) -> None:
+    """A worker on an event loop of its own, until its commands (file descriptor `from_runner`) end;
+    its frames go to `to_runner`, a binary pipe file. A worker process runs it on its stdin and stdout,
+    a Ray actor (openai_ray.py) on a thread, with pipes of its own."""
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(_serve(settings, from_runner, to_runner))
+    finally:
+        loop.close()
+
+
+async def _serve(settings: StreamSettings, from_runner: int, to_runner) -> None:
     """A worker's life: start and cancel streams as told, send what they read, stop when told."""
     loop = asyncio.get_running_loop()
     writer, _ = await loop.connect_write_pipe(asyncio.Protocol, to_runner)
@@ -199,9 +239,9 @@ async def _serve(settings: StreamSettings, to_runner) -> None:
     commands = bytearray()
 
     def on_command() -> None:
-        data = os.read(0, 1 << 16)
+        data = os.read(from_runner, 1 << 16)
         if not data:
-            loop.remove_reader(0)
+            loop.remove_reader(from_runner)
             stopped.set_result(None)
             return
         commands.extend(data)
@@ -209,10 +249,12 @@ async def _serve(settings: StreamSettings, to_runner) -> None:
             kind, request_id, *body = decode(payload)
             if kind == "start":
                 streams.start(request_id, body[0])
-            else:
+            elif kind == "cancel":
                 streams.cancel(request_id)
+            else:
+                sink(("", time.perf_counter(), streams.monitor.usage()))
 
-    loop.add_reader(0, on_command)
+    loop.add_reader(from_runner, on_command)
     await stopped
     await streams.close()
     if batch:
@@ -225,11 +267,7 @@ def main() -> None:
     # the frames own stdout: anything printed by mistake goes to stderr instead
     to_runner = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
-    loop = new_event_loop()
-    try:
-        loop.run_until_complete(_serve(settings, to_runner))
-    finally:
-        loop.close()
+    run_worker(settings, 0, to_runner)
 
 
 if __name__ == "__main__":

@@ -86,6 +86,9 @@ class ServerBackend:
     def check_empty(self) -> None:
         self._client.check_empty()
 
+    def client_usage(self) -> list[dict]:
+        return self._client.client_usage()
+
     def drain_step_records(self) -> list[StepRecord]:
         """The server's engine steps since the last drain (its own endpoint: ours, not any server's)."""
         import httpx

@@ -8,18 +8,23 @@ got 'fast'`."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from llmbench.config.build import bounded, clip
-from llmbench.engine.config import ConfigError, EngineConfig, ModelConfig
+from llmbench.config.build import clip
+from llmbench.engine.config import ConfigError, EngineConfig, ModelConfig, bounded
 
-# far beyond a useful run, far below what the workload's arrays could allocate
+# Every number has both bounds (build.py checks them before anything is built): far beyond a useful run,
+# far below what the workload's arrays could allocate or a sleep's time_t could hold
 MAX_REQUESTS = 1_000_000
 MAX_TOKENS = 1 << 30  # a length bound numpy's integer sampling can take
+MIN_RATE, MAX_RATE = 1e-3, 1e6  # requests per second: one each 17 minutes, a million at once
+MAX_SECONDS = 86_400  # a wait, pause or timeout: a day
+MAX_NAME = 200  # the run directory's name adds its timestamp; file systems take 255 bytes
 TRACE_DATASETS = ("mooncake", "burstgpt")
 
 
@@ -28,9 +33,9 @@ class LengthConfig:
     """A token-length distribution. Samples are rounded and clipped to [min, max]."""
 
     dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
-    mean: float = bounded(128, gt=0)  # fixed: the value; normal/lognormal: the mean; uniform: unused
-    std: float = bounded(0.0, ge=0)  # normal
-    sigma: float = bounded(0.5, gt=0)  # lognormal: std of the underlying normal
+    mean: float = bounded(128, gt=0, le=MAX_TOKENS)  # fixed: the value; normal/lognormal: the mean
+    std: float = bounded(0.0, ge=0, le=MAX_TOKENS)  # normal
+    sigma: float = bounded(0.5, gt=0, le=10)  # lognormal: std of the underlying normal (e^10: 22,026x)
     min: int = bounded(1, ge=1, le=MAX_TOKENS)
     max: int | None = bounded(None, ge=1, le=MAX_TOKENS)  # uniform: required upper bound; others: clip
 
@@ -39,6 +44,14 @@ class LengthConfig:
             raise ConfigError("max", "uniform lengths need a max")
         if self.max is not None and self.max < self.min:
             raise ConfigError("max", f"expected an integer >= min ({self.min}), got {self.max}")
+        # a fixed or normal mean outside [min, max]: every length, or more than half, clipped to one end
+        upper = self.max if self.max is not None else math.inf
+        if self.dist in ("fixed", "normal") and not self.min <= self.mean <= upper:
+            what = "every length" if self.dist == "fixed" else "more than half the lengths"
+            raise ConfigError(
+                "mean",
+                f"{self.mean:g} is outside [min, max] = [{self.min}, {self.max}]: {what} would be clipped",
+            )
 
 
 @dataclass
@@ -47,8 +60,8 @@ class RampUpConfig:
     there (llmbench/run/ramp.py): linear, or exponential (start_rate x (rate/start_rate)^(t/duration_s))."""
 
     strategy: Literal["linear", "exponential"] = "linear"
-    start_rate: float = bounded(1.0, gt=0)  # requests per second at t = 0
-    duration_s: float = bounded(0.0, ge=0)  # 0: no ramp, the rate from the first request on
+    start_rate: float = bounded(1.0, ge=MIN_RATE, le=MAX_RATE)  # requests per second at t = 0
+    duration_s: float = bounded(0.0, ge=0, le=MAX_SECONDS)  # 0: no ramp, the rate from the first request on
 
     @property
     def on(self) -> bool:
@@ -61,8 +74,8 @@ class ArrivalConfig:
     burstiness 1 is Poisson, below 1 burstier, above 1 more regular."""
 
     process: Literal["inf", "constant", "poisson", "gamma"] = "inf"
-    rate: float = bounded(1.0, gt=0)  # requests per second
-    burstiness: float = bounded(1.0, gt=0)
+    rate: float = bounded(1.0, ge=MIN_RATE, le=MAX_RATE)  # requests per second
+    burstiness: float = bounded(1.0, ge=1e-3, le=1000)
     ramp_up: RampUpConfig = field(default_factory=RampUpConfig)
 
     def __post_init__(self) -> None:
@@ -84,13 +97,14 @@ class DatasetConfig:
     # defaults to model.tokenizer, then the model's own (<model.path>/tokenizer.json, a GGUF's, a preset's)
     tokenizer: str | None = None
     output_lengths_from_dataset: bool = True  # False: workload.output sets the output lengths
-    speed: float = bounded(1.0, gt=0)  # a trace: its times are divided by this (2: twice as fast)
+    speed: float = bounded(1.0, ge=1e-3, le=1e6)  # a trace: its times are divided by this (2: twice as fast)
     # sharegpt: vLLM's rules; a pair is skipped when its prompt or output has fewer than min_len tokens,
     # its prompt more than max_prompt_len or prompt + output more than max_total_len (null: no limit)
-    min_len: int = bounded(4, ge=1)
-    max_prompt_len: int | None = bounded(1024, ge=1)
-    max_total_len: int | None = bounded(2048, ge=1)
-    output_len: int | None = bounded(None, ge=1)  # every output this long (vLLM's --sharegpt-output-len)
+    min_len: int = bounded(4, ge=1, le=MAX_TOKENS)
+    max_prompt_len: int | None = bounded(1024, ge=1, le=MAX_TOKENS)
+    max_total_len: int | None = bounded(2048, ge=1, le=MAX_TOKENS)
+    # every output this long (vLLM's --sharegpt-output-len)
+    output_len: int | None = bounded(None, ge=1, le=MAX_TOKENS)
 
     def __post_init__(self) -> None:
         if self.type in TRACE_DATASETS and self.path is None:
@@ -101,8 +115,8 @@ class DatasetConfig:
 class PrefixConfig:
     """Shared-prefix groups: request i starts with group (i % groups)'s prefix_len common tokens."""
 
-    groups: int = bounded(0, ge=0)  # 0: no shared prefix
-    prefix_len: int = bounded(0, ge=0)
+    groups: int = bounded(0, ge=0, le=MAX_REQUESTS)  # 0: no shared prefix
+    prefix_len: int = bounded(0, ge=0, le=MAX_TOKENS)
 
     def __post_init__(self) -> None:
         if self.groups and not self.prefix_len:
@@ -116,7 +130,8 @@ class SessionConfig:
     whole history. max_concurrency counts requests in flight, not sessions."""
 
     turns: int = bounded(1, ge=1, le=1000)  # synthetic: turns per session; sharegpt: the most taken
-    think_time_s: float = bounded(0.0, ge=0)  # the pause after an answer (the mean, if exponential)
+    # the pause after an answer (exponential: the mean)
+    think_time_s: float = bounded(0.0, ge=0, le=MAX_SECONDS)
     think_time_dist: Literal["fixed", "exponential"] = "fixed"
 
 
@@ -124,22 +139,29 @@ class SessionConfig:
 class WorkloadConfig:
     num_requests: int = bounded(64, ge=1, le=MAX_REQUESTS)
     warmup_requests: int = bounded(0, ge=0, le=MAX_REQUESTS)  # run first, kept out of the metrics
-    seed: int = bounded(0, ge=0)  # numpy generators take no negative seeds
-    max_concurrency: int | None = bounded(None, ge=1)
+    seed: int = bounded(0, ge=0, le=2**63 - 1)  # numpy generators take no negative seeds
+    max_concurrency: int | None = bounded(None, ge=1, le=MAX_REQUESTS)
     input: LengthConfig = field(default_factory=LengthConfig)  # prompt tokens after any shared prefix
     output: LengthConfig = field(default_factory=LengthConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     prefix: PrefixConfig = field(default_factory=PrefixConfig)
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
     session: SessionConfig = field(default_factory=SessionConfig)
-    temperature: float = bounded(0.0, ge=0)
+    temperature: float = bounded(0.0, ge=0, le=100)
     top_p: float = bounded(1.0, gt=0, le=1)  # with temperature > 0: 1 keeps every token
-    top_k: int = bounded(0, ge=0)  # with temperature > 0: 0 keeps every token
+    top_k: int = bounded(0, ge=0, le=1 << 20)  # with temperature > 0: 0 keeps every token
     ignore_eos: bool = True  # benchmarks want the requested output lengths, not the model's whims
     # a request unfinished this long after its submit is aborted and counted as failed
-    request_timeout_s: float | None = bounded(None, gt=0)
+    request_timeout_s: float | None = bounded(None, gt=0, le=MAX_SECONDS)
 
     def __post_init__(self) -> None:
+        turns = max(self.num_requests, self.warmup_requests) * self.session.turns
+        if turns > MAX_REQUESTS:  # every turn's lengths are drawn before the run starts
+            raise ConfigError(
+                "session.turns",
+                f"{self.session.turns} turns x {max(self.num_requests, self.warmup_requests):,} sessions is "
+                f"{turns:,} requests, more than {MAX_REQUESTS:,}",
+            )
         if self.dataset.type in TRACE_DATASETS:
             if self.prefix.groups:
                 raise ConfigError("prefix.groups", "a trace's rows make the prompts: no shared prefix groups")
@@ -153,9 +175,9 @@ class WorkloadConfig:
 class SloConfig:
     """Per-request service-level objectives for goodput; None means no objective on that metric."""
 
-    ttft_ms: float | None = bounded(None, gt=0)
-    tpot_ms: float | None = bounded(None, gt=0)
-    e2el_ms: float | None = bounded(None, gt=0)
+    ttft_ms: float | None = bounded(None, gt=0, le=MAX_SECONDS * 1000)
+    tpot_ms: float | None = bounded(None, gt=0, le=MAX_SECONDS * 1000)
+    e2el_ms: float | None = bounded(None, gt=0, le=MAX_SECONDS * 1000)
 
     @property
     def any(self) -> bool:
@@ -166,10 +188,10 @@ class SloConfig:
 class OutputConfig:
     dir: str | None = None  # default: runs/<name>-<UTC timestamp>
     save_tokens: bool = False
-    percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 95.0, 99.0])
+    percentiles: list[float] = bounded(factory=lambda: [50.0, 90.0, 95.0, 99.0], gt=0, le=100)
     report: bool = True  # render the HTML report after the run
     # stop a trial once its failed share is certain to exceed this (failed > rate x num_requests)
-    max_error_rate: float | None = bounded(None, ge=0)
+    max_error_rate: float | None = bounded(None, ge=0, le=1)
 
     def __post_init__(self) -> None:
         if self.dir is not None:
@@ -179,28 +201,30 @@ class OutputConfig:
                     "dir",
                     f"expected a path without '..' or control characters, got {clip(repr(self.dir), 60)}",
                 )
-        bad = [p for p in self.percentiles if not 0 < p <= 100]
-        if bad or not self.percentiles:
-            raise ConfigError("percentiles", f"expected a non-empty list of numbers in (0, 100], got {bad}")
-        if self.max_error_rate is not None and self.max_error_rate > 1:
-            raise ConfigError("max_error_rate", f"expected a number in [0, 1], got {self.max_error_rate:g}")
+        if not self.percentiles:
+            raise ConfigError("percentiles", "expected a non-empty list of numbers > 0 and <= 100")
 
 
 @dataclass
 class BackendConfig:
     type: Literal["bundled", "hf", "openai", "server"] = "bundled"
-    batch_size: int | None = bounded(None, ge=1)  # hf static batch; defaults to engine.max_num_seqs
+    batch_size: int | None = bounded(None, ge=1, le=1 << 16)  # hf static batch; default: engine.max_num_seqs
     # openai: any OpenAI-compatible server; server: `llmbench serve` started for the run, driven the same way
     url: str | None = None  # openai: the base URL, with or without its /v1
     endpoint: Literal["completions", "chat"] = "completions"
     model: str | None = None  # the served model's name; default: the first of GET <url>/models
     api_key_env: str | None = None  # the environment variable holding the API key (sent as a Bearer token)
     prompt_format: Literal["token_ids", "text"] = "token_ids"  # text: exact-length text via the tokenizer
-    startup_timeout_s: float = bounded(600.0, gt=0)  # server: how long to wait for GET /health
+    startup_timeout_s: float = bounded(600.0, gt=0, le=MAX_SECONDS)  # server: how long GET /health may take
     include_usage: bool = True  # ask for the usage chunk (stream_options); false where a server refuses it
     # processes streaming the load, each its own event loop (1: a thread of the runner's process); auto:
     # one per 256 streams of workload.max_concurrency, at most the cores less one (backends/openai_workers)
     workers: int | Literal["auto"] = bounded(1, ge=1, le=256)
+    # the workers as Ray actors over a cluster's hosts (backends/openai_ray): `auto` (the running cluster),
+    # `ray://host:port` (Ray Client), `host:port`, or `local` (a cluster started on 127.0.0.1 for the run)
+    ray_address: str | None = None
+    # summary.json's client.client_limited when the schedule lag's p99 passes this (metrics/client.py)
+    client_lag_bound_ms: float = bounded(10.0, ge=0, le=MAX_SECONDS * 1000)
 
     def __post_init__(self) -> None:
         if self.type == "openai" and not self.url:
@@ -209,6 +233,13 @@ class BackendConfig:
             raise ConfigError("url", f"expected an http:// or https:// URL, got {clip(repr(self.url), 60)}")
         if self.endpoint == "chat" and self.prompt_format == "token_ids":
             raise ConfigError("prompt_format", "the chat endpoint takes text: set prompt_format: text")
+        if self.ray_address is not None:
+            if not re.fullmatch(r"auto|local|ray://\S+|[^\s/:]+:\d+", self.ray_address):
+                got = clip(repr(self.ray_address), 60)
+                expected = "expected auto, local, ray://host:port or host:port"
+                raise ConfigError("ray_address", f"{expected}, got {got}")
+            if self.type not in ("openai", "server"):
+                raise ConfigError("ray_address", "Ray workers stream HTTP: backend.type openai or server")
 
 
 @dataclass
@@ -219,7 +250,7 @@ class TelemetryConfig:
 
     server_metrics: bool = True
     metrics_url: str | None = None  # default: beside the server's API (backend.url's host + /metrics)
-    scrape_interval_s: float = bounded(1.0, gt=0)
+    scrape_interval_s: float = bounded(1.0, ge=0.01, le=3600)
 
     def __post_init__(self) -> None:
         if self.metrics_url is not None and not re.fullmatch(r"https?://[^\s/?#]+(/\S*)?", self.metrics_url):
@@ -239,8 +270,8 @@ class HardwareConfig:
     # barriers on a loaded machine made quickstart runs 2-25x slower than a single thread
     cpu_threads: int | None = bounded(1, ge=1, le=1024)
 
-    peak_bandwidth_gb_s: float | None = bounded(None, gt=0)
-    peak_tflops: float | None = bounded(None, gt=0)
+    peak_bandwidth_gb_s: float | None = bounded(None, gt=0, le=1e9)
+    peak_tflops: float | None = bounded(None, gt=0, le=1e9)
 
 
 @dataclass
@@ -256,7 +287,7 @@ class RunConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     def __post_init__(self) -> None:
-        # the name becomes a directory under runs/ (its slashes replaced): it must stay there
+        # the name becomes a directory under runs/ (its slashes replaced): it must stay there and fit
         if (
             not self.name.isprintable()
             or not self.name.strip()
@@ -265,10 +296,15 @@ class RunConfig:
             raise ConfigError(
                 "name", f"expected a name without '..' or control characters, got {clip(repr(self.name), 60)}"
             )
+        if len(self.name.encode()) > MAX_NAME:
+            raise ConfigError(
+                "name",
+                f"expected at most {MAX_NAME} bytes (a directory's name), got {len(self.name.encode()):,}",
+            )
         # the YAML keeps `model` top-level; the engine receives it inside its own config
         self.engine.model = self.model
         try:
-            self.engine.check_gpus()
+            self.engine.check_ranks()
         except ConfigError as e:
             raise ConfigError(f"engine.{e.key}", e.message) from None
 

@@ -91,13 +91,21 @@ def record_output(record: RequestRecord, output: RequestOutput, arrival: float, 
         record.finish_reason = output.finish_reason.value if output.finish_reason else None
         record.error = output.error
         record.finish_time = arrival
-        if isinstance(output, ServedOutput) and output.server_timestamps:
-            shift = arrival - output.t_emit  # onto the run's clock, as the client times are
-            record.server_timestamps = {
-                key: [t + shift for t in value] if isinstance(value, list) else value + shift
-                for key, value in output.server_timestamps.items()
-                if value is not None
-            }
+        if isinstance(output, ServedOutput):
+            _record_served(record, output, arrival - output.t_emit)
+
+
+def _record_served(record: RequestRecord, output: ServedOutput, shift: float) -> None:
+    """An HTTP request's server timestamps and client phases, moved by `shift` onto the run's clock."""
+    if output.server_timestamps:
+        record.server_timestamps = {
+            key: [t + shift for t in value] if isinstance(value, list) else value + shift
+            for key, value in output.server_timestamps.items()
+            if value is not None
+        }
+    for phase, stamp in (output.http_phases or {}).items():
+        if stamp is not None:
+            setattr(record, f"{phase}_time", stamp + shift)  # the columns of records.HTTP_PHASE_COLUMNS
 
 
 class DeferredOutputs:

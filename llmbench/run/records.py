@@ -38,6 +38,14 @@ class RequestRecord:
     # the engine's own times for the request when the server is ours (llmbench serve), run-relative
     server_timestamps: dict[str, Any] | None = None
     offered_rate: float | None = None  # under a ramp-up: the rate offered when it arrived
+    # an HTTP request's phases as its client loop stamped them: it began sending (schedule lag: this
+    # minus submit_time), its connection was ready, the request was written, the response's headers
+    # were in, its first body bytes were read
+    send_start_time: float | None = None
+    connect_time: float | None = None
+    request_sent_time: float | None = None
+    headers_time: float | None = None
+    first_byte_time: float | None = None
     session: int | None = None  # a multi-turn session's index, and the turn (1 for the first)
     turn: int | None = None
 
@@ -65,9 +73,17 @@ class RequestRecord:
         return cls(**data)
 
 
+HTTP_PHASE_COLUMNS = (
+    "send_start_time",
+    "connect_time",
+    "request_sent_time",
+    "headers_time",
+    "first_byte_time",
+)
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
-# keys only some runs have (a served run's timestamps, a ramp's rate): rows of other runs leave them out
-_ONLY_WHEN_SET = ("server_timestamps", "offered_rate", "session", "turn")
+# keys only some runs have (a served run's timestamps, a ramp's rate, an HTTP client's phases): rows of
+# other runs leave them out
+_ONLY_WHEN_SET = ("server_timestamps", "offered_rate", "session", "turn", *HTTP_PHASE_COLUMNS)
 
 
 def load_requests(run_dir: str | Path) -> list[RequestRecord]:

