@@ -23,10 +23,11 @@ from llmbench.cli.common import (
     usage_error,
 )
 from llmbench.cli.console import RunProgress, console, metrics_table, setup_logging
-from llmbench.cli.studies import ablate, capacity, soak, sweep
+from llmbench.cli.studies import ablate, calibrate, capacity, soak, sweep
 from llmbench.config.load import ConfigFileError, load_config
 from llmbench.engine.config import ConfigError
 from llmbench.run.directory import RunDirError, check_run_dir
+from llmbench.run.signals import sigterm_interrupts
 from llmbench.run.workload import WorkloadError
 
 app = typer.Typer(
@@ -92,7 +93,11 @@ def run(
 
     # a ValueError: the model settings name something unusable (preset, path, device); Ctrl-C while
     # loading: nothing measured yet; a tensor-parallel rank that died while starting: the engine says which
-    with exit_codes((ValueError,), f"{config.name}: ", interruptible=True, breakdowns=(TensorParallelError,)):
+    # a scheduler's or CI runner's SIGTERM stops the run as Ctrl-C does, its files written (run/signals.py)
+    loading = exit_codes(
+        (ValueError,), f"{config.name}: ", interruptible=True, breakdowns=(TensorParallelError,)
+    )
+    with sigterm_interrupts(), loading:
         backend = make_backend(cfg)
 
     def failure() -> str:
@@ -102,7 +107,11 @@ def run(
         return "run failed before anything was measured"
 
     user_errors = (ConfigError, WorkloadError, RunDirError)
-    with exit_codes(user_errors, f"{config.name}: ", failure), RunProgress() as progress:
+    with (
+        sigterm_interrupts(),
+        exit_codes(user_errors, f"{config.name}: ", failure),
+        RunProgress() as progress,
+    ):
         result = run_benchmark(cfg, run_dir, repeat, backend, progress, check, replace=force)
     console.print(metrics_table(result.summary))
     console.print(f"results: {result.run_dir}", highlight=False)
@@ -138,7 +147,7 @@ def serve(
         serve_http(cfg.engine, host, port)
 
 
-for study in (ablate, sweep, capacity, soak):
+for study in (ablate, sweep, capacity, calibrate, soak):
     app.command()(study)
 
 

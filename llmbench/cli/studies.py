@@ -1,5 +1,5 @@
-"""The study commands: `ablate`, `sweep`, `capacity` and `soak` run one workload many times and set the
-runs side by side. Registered on the `llmbench` app by cli/app.py."""
+"""The study commands: `ablate`, `sweep`, `capacity`, `calibrate` and `soak` run one workload many times and
+set the runs side by side. Registered on the `llmbench` app by cli/app.py."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from llmbench.cli.console import RunProgress, console, setup_logging
 from llmbench.config.load import ConfigFileError
 from llmbench.engine.config import ConfigError
 from llmbench.run.directory import RunDirError
+from llmbench.run.signals import sigterm_interrupts
 from llmbench.run.workload import WorkloadError
 
 if TYPE_CHECKING:
@@ -72,7 +73,11 @@ def ablate(
     user_errors = (AblationError, ConfigFileError, ConfigError, WorkloadError, RunDirError)
     failure = f"ablation failed; variants measured so far are in {out or 'runs/'}"
     # Ctrl-C while a variant's model loads; during a run, run_benchmark keeps what it measured
-    with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
+    with (
+        exit_codes(user_errors, failure=failure, interruptible=True),
+        sigterm_interrupts(),
+        RunProgress() as progress,
+    ):
         result = run_ablation(config, set_ or [], order, leave_one_out, out, progress, repeat, preset)
     _show_study(ablation_table(result.data), result, no_report)
 
@@ -96,7 +101,11 @@ def sweep(
     setup_logging(verbose)
     user_errors = (SweepError, ConfigFileError, ConfigError, WorkloadError, RunDirError)
     failure = f"sweep failed; rates measured so far are in {out or 'runs/'}"
-    with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
+    with (
+        exit_codes(user_errors, failure=failure, interruptible=True),
+        sigterm_interrupts(),
+        RunProgress() as progress,
+    ):
         result = run_sweep(config, set_ or [], rates, out, progress)
     _show_study(sweep_table(result.data), result, no_report)
 
@@ -144,9 +153,49 @@ def capacity(
     options = CapacityOptions(by, target, start, lowest, highest, tolerance, repeats, max_runs)
     user_errors = (CapacityError, ConfigFileError, ConfigError, WorkloadError, RunDirError)
     failure = f"capacity search failed; runs measured so far are in {out or 'runs/'}"
-    with exit_codes(user_errors, failure=failure, interruptible=True), RunProgress() as progress:
+    with (
+        exit_codes(user_errors, failure=failure, interruptible=True),
+        sigterm_interrupts(),
+        RunProgress() as progress,
+    ):
         result = run_capacity(config, set_ or [], options, out, progress)
     _show_study(capacity_table(result.data), result, no_report)
+
+
+def calibrate(
+    config: Annotated[
+        Path, typer.Argument(help="YAML run config: its workload, backend.workers and lag bound")
+    ],
+    ttft_ms: Annotated[
+        float, typer.Option(min=0.0, help="The mock's TTFT for the error at the config's load")
+    ] = 50.0,
+    itl_ms: Annotated[
+        float, typer.Option(min=0.0, help="The mock's ITL for the error at the config's load")
+    ] = 10.0,
+    max_streams: Annotated[int, typer.Option(min=1, help="Most streams the capacity ladder tries")] = 512,
+    set_: SetOption = None,
+    out: Annotated[Path | None, typer.Option(help="Directory (default: runs/NAME-calibrate-TIME)")] = None,
+    verbose: VerboseOption = False,
+) -> None:
+    """Measure the error the benchmark client adds, and the load it sustains, against the bundled mock.
+
+    Runs the config's workload against a mock server of known TTFT and ITL that records what it sent, then
+    doubles the streams against a mock sending a chunk every millisecond until a run is client-limited
+    (backend.client_lag_bound_ms); writes calibrate.json and a run directory per run.
+
+    Example:
+
+        llmbench calibrate configs/ci.yaml --set backend.workers=2 --max-streams 64
+    """
+    from llmbench.studies.calibrate import CalibrateOptions, calibrate_table, run_calibrate
+
+    setup_logging(verbose)
+    options = CalibrateOptions(ttft_ms, itl_ms, max_streams)
+    user_errors = (ConfigFileError, ConfigError, WorkloadError, RunDirError, ValueError)
+    with exit_codes(user_errors, failure="calibration failed", interruptible=True), RunProgress() as progress:
+        result = run_calibrate(config, set_ or [], options, out, progress)
+    print_wide(calibrate_table(result.data))
+    console.print(f"results: {result.out_dir / 'calibrate.json'}", highlight=False)
 
 
 def _show_study(table: Table, result: StudyResult, no_report: bool) -> None:

@@ -1,0 +1,227 @@
+"""`llmbench calibrate`: what the benchmark client adds to what it measures, on this machine, judged by the
+bundled mock server (llmbench/mock_server), which records when it actually sent every chunk.
+
+Two parts, each an ordinary run of the config's client (backend.type openai, its backend.workers) against
+a mock started in a process of its own on a free loopback port:
+- fidelity: the config's workload (its concurrency or rate, its requests) against a mock of known TTFT
+  and ITL; the error the client adds is its median TTFT minus the mock's (first chunk sent minus request
+  read) and its mean ITL minus the mock's (per token, first to last);
+- capacity: streams doubled from 1 to max_streams against a mock that sends a chunk every millisecond
+  from the start (TTFT 0), 2 requests a stream, until a run is client-limited (summary.json's client
+  block: schedule lag p99 past backend.client_lag_bound_ms, or a CPU-bound worker); the highest load
+  that was not is what the client sustains within that bound, in streams and chunks per second.
+
+calibrate.json holds both; each run's directory sits beside it."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llmbench.config.load import load_config
+from llmbench.mock_server import MockServer, MockSettings, StreamRecord
+from llmbench.run.records import RequestRecord, load_requests
+from llmbench.run.result_files import default_run_dir
+from llmbench.studies.study import StudyResult, write_json
+
+if TYPE_CHECKING:
+    from llmbench.cli.console import RunProgress
+
+CAPACITY_TOKENS = 128  # per request of the capacity runs: a stream lasts ~128 ms at a chunk a millisecond
+MOCK_MAX_TOKENS = 1 << 20  # the fidelity mock streams what each request asks for
+
+
+@dataclass(frozen=True)
+class CalibrateOptions:
+    ttft_ms: float = 50.0  # the fidelity mock's
+    itl_ms: float = 10.0
+    max_streams: int = 512  # the capacity ladder's top
+
+
+def run_calibrate(
+    config_path: Path,
+    overrides: list[str],
+    options: CalibrateOptions,
+    out_dir: Path | None,
+    progress: RunProgress | None = None,
+) -> StudyResult:
+    base = load_config(config_path, overrides)
+    out_dir = Path(out_dir or default_run_dir(f"{base.name}-calibrate"))
+    command = ["llmbench", "calibrate", str(config_path), *[a for o in overrides for a in ("--set", o)]]
+    data: dict[str, Any] = {
+        "command": shlex.join(command),
+        "options": asdict(options),
+        "workers": base.backend.workers,
+        "lag_bound_ms": base.backend.client_lag_bound_ms,
+        "complete": False,
+    }
+    result = StudyResult(out_dir, data)
+
+    def run(settings: MockSettings, name: str, load: list[str]) -> tuple[dict, list[RequestRecord], list]:
+        with MockServer(settings) as mock:
+            mock_sets = ["backend.type=openai", f"backend.url={mock.url}", "backend.model=mock"]
+            # the mock has no /metrics; output.dir is the run's own directory here
+            config = load_config(
+                config_path, [*overrides, *mock_sets, "telemetry.server_metrics=false", *load]
+            )
+            summary, sent = _judged_run(config, out_dir / name, mock, progress)
+        data["runs"] = [*data.get("runs", []), name]
+        return summary, load_requests(out_dir / name), sent
+
+    fidelity = MockSettings(ttft_ms=options.ttft_ms, itl_ms=options.itl_ms, output_tokens=MOCK_MAX_TOKENS)
+    summary, rows, sent = run(fidelity, "fidelity", [])
+    data["fidelity"] = fidelity_error(rows, sent) | {"client": summary["client"]}
+    write_json(out_dir / "calibrate.json", data)
+
+    capacity = MockSettings(ttft_ms=0, itl_ms=1, output_tokens=CAPACITY_TOKENS)
+    data["capacity"] = []
+    streams = 1
+    while streams <= options.max_streams:
+        summary, rows, sent = run(capacity, f"streams-{streams}", _ladder_load(streams))
+        client = summary["client"]
+        data["capacity"].append(
+            {
+                "streams": streams,
+                "chunks_per_s": _chunks_per_s(rows),
+                "mock_chunks_per_s": _mock_chunks_per_s(sent),
+                "schedule_lag_ms": client["schedule_lag_ms"],
+                "client_limited": client["client_limited"],
+                "reason": client["reason"],
+            }
+        )
+        write_json(out_dir / "calibrate.json", data)
+        if client["client_limited"]:
+            break
+        streams *= 2
+    sustained = [level for level in data["capacity"] if not level["client_limited"]]
+    data["sustained"] = sustained[-1] if sustained else None
+    data["load_average_1m"] = os.getloadavg()[0]
+    data["complete"] = True
+    write_json(out_dir / "calibrate.json", data)
+    return result
+
+
+def _ladder_load(streams: int) -> list[str]:
+    return [
+        f"workload.num_requests={2 * streams}",
+        f"workload.max_concurrency={streams}",
+        "workload.warmup_requests=0",
+        "workload.arrival.process=inf",
+        "workload.input.dist=fixed",
+        "workload.input.mean=16",
+        "workload.output.dist=fixed",
+        f"workload.output.mean={CAPACITY_TOKENS}",
+        "workload.dataset.type=synthetic",
+        "workload.session.turns=1",
+    ]
+
+
+def _judged_run(config, run_dir: Path, mock: MockServer, progress) -> tuple[dict, list[StreamRecord]]:
+    """The run's summary, and what the mock sent for its timed requests (not the preflight's request
+    or the warm-up's, which come first)."""
+    from llmbench.backends.factory import make_backend
+    from llmbench.run.runner import run_benchmark
+
+    backend = make_backend(config)
+    mock.records(reset=True)  # the preflight's request
+    run = run_benchmark(config, run_dir, backend=backend, progress=progress, replace=True)
+    warmup = config.workload.warmup_requests
+    sent = sorted(mock.records(), key=lambda r: r.received)[warmup:]
+    return run.summary, sent
+
+
+def fidelity_error(rows: list[RequestRecord], sent: list[StreamRecord]) -> dict[str, float | int | None]:
+    """The client's median TTFT and mean ITL (per token) against the mock's, in ms, over the timed
+    requests that completed."""
+    done = [r for r in rows if not r.warmup and r.succeeded]
+    served = [s for s in sent if s.status == 200 and s.sends]
+    client_ttft = _median([r.first_token_time - r.submit_time for r in done])
+    mock_ttft = _median([s.sends[0] - s.received for s in served])
+    client_itl = _per_token([(r.token_times[-1] - r.token_times[0], r.output_len) for r in done])
+    mock_itl = _per_token([(s.sends[-1] - s.sends[0], s.tokens) for s in served])
+    return {
+        "requests": len(done),
+        "median_ttft_error_ms": _difference_ms(client_ttft, mock_ttft),
+        "mean_itl_error_ms": _difference_ms(client_itl, mock_itl),
+        "client_median_ttft_ms": _ms(client_ttft),
+        "mock_median_ttft_ms": _ms(mock_ttft),
+        "client_mean_itl_ms": _ms(client_itl),
+        "mock_mean_itl_ms": _ms(mock_itl),
+    }
+
+
+def _chunks_per_s(rows: list[RequestRecord]) -> float | None:
+    """Tokens (a chunk each from the capacity mock) the client took in over its span, first submit to
+    last token."""
+    done = [r for r in rows if r.token_times]
+    if not done:
+        return None
+    span = max(r.token_times[-1] for r in done) - min(r.submit_time for r in done)
+    return sum(len(r.token_times) for r in done) / span if span > 0 else None
+
+
+def _mock_chunks_per_s(sent: list[StreamRecord]) -> float | None:
+    served = [s for s in sent if s.status == 200 and s.sends]
+    if not served:
+        return None
+    span = max(s.sends[-1] for s in served) - min(s.received for s in served)
+    return sum(sum(s.events) for s in served) / span if span > 0 else None
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _per_token(spans: list[tuple[float, int]]) -> float | None:
+    gaps = sum(n - 1 for _, n in spans)
+    return sum(span for span, _ in spans) / gaps if gaps else None
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
+
+
+def _difference_ms(client: float | None, mock: float | None) -> float | None:
+    return None if client is None or mock is None else (client - mock) * 1000
+
+
+def calibrate_table(data: dict[str, Any]):
+    """The client's error at the config's load, then each rung of the capacity ladder."""
+    from rich.table import Table
+
+    fidelity = data["fidelity"]
+    lag = (fidelity["client"]["schedule_lag_ms"] or {}).get("p99")
+    table = Table(
+        title=f"client error at the config's load: TTFT {_text(fidelity['median_ttft_error_ms'])} ms "
+        f"(median), ITL {_text(fidelity['mean_itl_error_ms'])} ms (mean), schedule lag p99 {_text(lag)} ms",
+        caption=_sustained_text(data),
+    )
+    for header in ("streams", "chunks/s taken in", "chunks/s sent", "schedule lag p99 ms", "client-limited"):
+        table.add_column(header, justify="right")
+    for level in data.get("capacity") or []:
+        table.add_row(
+            str(level["streams"]),
+            _text(level["chunks_per_s"], "{:,.0f}"),
+            _text(level["mock_chunks_per_s"], "{:,.0f}"),
+            _text((level["schedule_lag_ms"] or {}).get("p99")),
+            level["reason"] if level["client_limited"] else "no",
+        )
+    return table
+
+
+def _sustained_text(data: dict[str, Any]) -> str:
+    top = data.get("sustained")
+    bound = f"schedule lag p99 within {data['lag_bound_ms']:g} ms, no CPU-bound worker"
+    if top is None:
+        return f"sustained: not even 1 stream with {bound}"
+    return (
+        f"sustained: {top['streams']} streams, {_text(top['chunks_per_s'], '{:,.0f}')} chunks/s with {bound}"
+    )
+
+
+def _text(value: float | None, form: str = "{:.2f}") -> str:
+    return "n/a" if value is None else form.format(value)

@@ -1,0 +1,59 @@
+"""`llmbench calibrate` end to end on a small load: the client's error against the mock's own send times,
+the capacity ladder, and calibrate.json."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import yaml
+from typer.testing import CliRunner
+
+from llmbench.cli import app
+
+CONFIG = {
+    "name": "calib",
+    "model": {"preset": "tiny"},
+    "workload": {
+        "num_requests": 6,
+        "warmup_requests": 2,
+        "max_concurrency": 3,
+        "input": {"dist": "fixed", "mean": 8},
+        "output": {"dist": "fixed", "mean": 12},
+    },
+    "output": {"report": False},
+}
+
+
+def test_calibrate_measures_the_error_and_climbs_the_ladder(tmp_path):
+    config = tmp_path / "calib.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    out = tmp_path / "out"
+    # a bound no host misses, so the ladder reaches its top: which rung a real bound stops at is the host's
+    args = ["calibrate", str(config), "--max-streams", "2", "--ttft-ms", "5", "--itl-ms", "2"]
+    args += ["--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--set", "backend.client_lag_bound_ms=1000000"])
+    assert result.exit_code == 0, result.output
+    assert "client error at the config's load" in result.output
+    data = json.loads((out / "calibrate.json").read_text())
+    assert data["complete"] and data["runs"] == ["fidelity", "streams-1", "streams-2"]
+    fidelity = data["fidelity"]
+    assert fidelity["requests"] == 6  # the timed ones: the warm-up and the preflight are left out
+    # the mock's own TTFT is its 5 ms setting or later, never earlier; the client adds to it
+    assert fidelity["mock_median_ttft_ms"] >= 5.0 - 0.5
+    assert math.isclose(
+        fidelity["median_ttft_error_ms"], fidelity["client_median_ttft_ms"] - fidelity["mock_median_ttft_ms"]
+    )
+    assert fidelity["client"]["schedule_lag_ms"]["count"] == 6
+    assert [level["streams"] for level in data["capacity"]] == [1, 2]
+    assert not any(level["client_limited"] for level in data["capacity"])
+    assert data["sustained"]["streams"] == 2 and data["sustained"]["chunks_per_s"] > 0
+    assert (out / "streams-2" / "summary.json").is_file()
+
+
+def test_a_config_error_is_one_line_and_exit_2(tmp_path):
+    config = tmp_path / "calib.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    result = CliRunner().invoke(app, ["calibrate", str(config), "--set", "backend.client_lag_bound_ms=-1"])
+    assert result.exit_code == 2
+    assert "client_lag_bound_ms" in result.output
