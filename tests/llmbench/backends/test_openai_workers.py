@@ -52,26 +52,34 @@ def test_two_workers_give_the_rows_of_one(tmp_path):
     assert sorted(served) == sorted([1, 1] + [row[2] for row in one + two])  # 2 preflights, then the load
 
 
+def finished_after_a_worker_dies(url: str, kill, *overrides: str) -> dict:
+    """Streams "a" and "b" on two workers, `kill(backend)` once both stream (the first worker has "a"),
+    then the finished outputs by request id."""
+    backend = OpenAIBackend()
+    backend.start(config(url, "backend.workers=2", *overrides))
+    try:
+        for request_id in "ab":  # one each: the least busy worker takes the next stream
+            backend.submit(request_id, [5, 6, 7], SamplingParams(max_tokens=100))
+        first = set()
+        while len(first) < 2:
+            first |= {o.request_id for o in backend.poll()}
+        kill(backend)
+        finished = {}
+        deadline = time.monotonic() + 30
+        while backend.has_unfinished() and time.monotonic() < deadline:
+            for output in backend.poll():
+                if output.finished:
+                    finished[output.request_id] = output
+    finally:
+        backend.close()
+    return finished
+
+
 def test_a_worker_that_dies_fails_its_streams_alone():
     with MockServer(MockSettings(ttft_ms=0, itl_ms=50, output_tokens=100)) as mock:
-        backend = OpenAIBackend()
-        backend.start(config(mock.url, "backend.workers=2"))
-        try:
-            for request_id in "ab":  # one each: the least busy worker takes the next stream
-                backend.submit(request_id, [5, 6, 7], SamplingParams(max_tokens=100))
-            first = set()
-            while len(first) < 2:
-                first |= {o.request_id for o in backend.poll()}
-            victim = backend._streams._workers[0]
-            os.kill(victim.pid, signal.SIGKILL)
-            finished = {}
-            deadline = time.monotonic() + 30
-            while backend.has_unfinished() and time.monotonic() < deadline:
-                for output in backend.poll():
-                    if output.finished:
-                        finished[output.request_id] = output
-        finally:
-            backend.close()
+        finished = finished_after_a_worker_dies(
+            mock.url, lambda backend: os.kill(backend._streams._workers[0].pid, signal.SIGKILL)
+        )
     assert finished["a"].error == "client error: worker process 0 exited with code -9"
     assert finished["b"].error is None and finished["b"].finish_reason.value == "length"
 

@@ -1,0 +1,286 @@
+"""backend.ray_address: the stream workers as Ray actors, spread over the hosts of a Ray cluster.
+
+Each actor runs the worker process's own function (openai_workers.run_worker) on a thread, fed through
+a pipe as a worker process is fed through its stdin; the runner, the Ray driver, still submits every
+request at its time from the one arrival schedule and merges the rows.
+
+Clocks. A worker stamps on its host's perf_counter. The driver picks a start, its wall clock when the
+actors are made; each actor takes the reading of its own perf_counter at that wall time, and its stamps
+reach the runner moved by the difference of the two readings. Differences of a worker's stamps (ITL,
+TPOT, the HTTP phases) are on one host's clock and exact; what is measured from the runner's submit time
+(TTFT, E2E, the schedule lag) also holds the Ray hop, as a late send should, and the hosts' wall-clock
+disagreement, which a synced cluster (NTP, PTP) keeps far below a millisecond. Every actor's clock is
+checked against the driver's over a Ray round trip when it starts (CLOCK_TOLERANCE_S)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import select
+import threading
+import time
+from time import perf_counter
+
+import msgspec
+
+from llmbench.backends.openai_loop import StreamSettings
+from llmbench.backends.openai_workers import (
+    PIPE_BYTES,
+    READY_TIMEOUT_S,
+    STOP_GRACE_S,
+    USAGE_TIMEOUT_S,
+    frame,
+    grow_pipe,
+    run_worker,
+    split_frames,
+    worker_count,
+)
+
+logger = logging.getLogger(__name__)
+
+INSTALL = "pip install 'llmbench[ray]'"
+READ_WAIT_S = 0.05  # an actor's read() returns empty after this long, so none outlives close() by more
+CLOCK_TOLERANCE_S = 0.002  # an actor's clock this far outside a round trip to it is reported
+CLOCK_PINGS = 3
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ValueError(f"backend.ray_address: Ray is not installed: {INSTALL}") from None
+    return ray
+
+
+class StreamActor:
+    """One worker in a Ray actor: run_worker on a thread, its command and frame pipes held here. Made
+    a Ray actor with a concurrency group of its own for read(), so a read waiting for frames never holds
+    back a command."""
+
+    def __init__(self, settings: dict, start_wall: float):
+        # this host's perf_counter when its wall clock read the driver's start
+        self.origin = perf_counter() - (time.time() - start_wall)
+        commands, self._commands = os.pipe()
+        self._frames, frames = os.pipe()
+        grow_pipe(self._frames)
+        self._closing = False
+        self._thread = threading.Thread(
+            target=run_worker,
+            args=(StreamSettings(**settings), commands, os.fdopen(frames, "wb", buffering=0)),
+            name="llmbench-stream-worker",
+            daemon=True,
+        )
+        self._thread.start()
+        self._ready = self._read_ready()
+
+    def now(self) -> tuple[float, float]:
+        """Its start reading and its clock now (the driver's clock check)."""
+        return self.origin, perf_counter()
+
+    def send(self, frames: bytes) -> None:
+        view = memoryview(frames)
+        while view:  # a blocking pipe takes it all, in pieces when it is long
+            view = view[os.write(self._commands, view) :]
+
+    def read(self, wait_s: float) -> bytes:
+        """What the worker wrote (whole frames or not), waiting up to `wait_s` for the first of it."""
+        if self._ready:
+            ready, self._ready = self._ready, b""
+            return ready
+        if not select.select([self._frames], [], [], wait_s)[0]:
+            if not self._thread.is_alive() and not self._closing:
+                raise RuntimeError("the worker's event loop stopped")
+            return b""
+        data = os.read(self._frames, PIPE_BYTES)
+        if not data and not self._closing:
+            raise RuntimeError("the worker's event loop stopped")
+        return data
+
+    def close(self) -> None:
+        self._closing = True
+        os.close(self._commands)  # the worker stops at the end of its commands
+        self._thread.join(STOP_GRACE_S)
+
+    def _read_ready(self) -> bytes:
+        """Wait for the worker's first frame (empty: it is ready); what came with it is kept for read()."""
+        buffer = bytearray()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not split_frames(bytearray(buffer)):
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"the worker did not start within {READY_TIMEOUT_S:g} s")
+            if select.select([self._frames], [], [], 1.0)[0]:
+                buffer += os.read(self._frames, PIPE_BYTES)
+        return bytes(buffer)
+
+
+class RayWorkers:
+    """The runner's side: `backend.workers` StreamActors spread over the cluster, each with one read()
+    outstanding; what they read is merged as WorkerPool merges its processes'."""
+
+    def __init__(self, setting: int | str, workload, settings: StreamSettings, address: str):
+        ray = self._ray = import_ray()
+        self._owns = not ray.is_initialized()  # a program that joined a cluster itself keeps it
+        if self._owns:
+            local = (
+                {"include_dashboard": False, "_node_ip_address": "127.0.0.1"} if address == "local" else {}
+            )
+            ray.init(address=address, **local)
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        count = worker_count(setting, workload, cpus)
+        actor = ray.remote(num_cpus=1, scheduling_strategy="SPREAD", concurrency_groups={"reads": 1})(
+            StreamActor
+        )
+        start_wall, self._origin = time.time(), perf_counter()
+        self._actors = [actor.remote(dataclasses.asdict(settings), start_wall) for _ in range(count)]
+        try:
+            ray.get([a.now.remote() for a in self._actors], timeout=READY_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            self._stop()
+            raise ValueError(
+                f"backend.ray_address: {count} workers not placed within {READY_TIMEOUT_S:g} s (each takes "
+                f"a CPU; the cluster has {cpus})"
+            ) from None
+        except ray.exceptions.RayError as e:
+            self._stop()
+            raise ValueError(f"backend.ray_address: a worker did not start: {_reason(e)}") from None
+        self._offsets = [self._clock_offset(i) for i in range(count)]  # onto the driver's perf_counter
+        self._live = set(range(count))
+        self._streams: list[set[str]] = [set() for _ in range(count)]  # live request ids per worker
+        self._where: dict[str, int] = {}
+        self._buffers = [bytearray() for _ in range(count)]
+        self._outbox: list[list] = [[] for _ in range(count)]  # commands for the next receive() to send
+        self._reads = {self._read(i): i for i in range(count)}
+        self._encode = msgspec.msgpack.Encoder().encode
+        self._decode = msgspec.msgpack.Decoder().decode
+        self._usage: list[dict | None] = [None] * count
+        self._held: list[tuple] = []  # streams' items read while waiting for usage(), for receive()
+        logger.info("Ray workers: %d, over a cluster of %d CPUs", count, cpus)
+
+    def start(self, request_id: str, body: bytes) -> None:
+        if not self._live:
+            raise RuntimeError("backend.ray_address: every Ray worker has failed")
+        worker = min(self._live, key=lambda i: len(self._streams[i]))
+        self._streams[worker].add(request_id)
+        self._where[request_id] = worker
+        self._outbox[worker].append(["start", request_id, body])
+
+    def cancel(self, request_id: str) -> None:
+        worker = self._where.get(request_id)
+        if worker is not None:
+            self._outbox[worker].append(["cancel", request_id])
+
+    def receive(self, timeout: float) -> list[tuple]:
+        """What the workers read, waiting up to `timeout` seconds for the first of it."""
+        if self._held:
+            items, self._held = self._held, []
+            return items + self._take(0.0)
+        return self._take(timeout)
+
+    def usage(self) -> list[dict]:
+        """Each live worker's LoopMonitor figures (a worker that does not answer in time is left out)."""
+        self._usage = [None] * len(self._actors)
+        asked = set(self._live)
+        for worker in asked:
+            self._outbox[worker].append(["usage", ""])
+        deadline = time.monotonic() + USAGE_TIMEOUT_S
+        while any(self._usage[i] is None for i in asked & self._live) and time.monotonic() < deadline:
+            self._held += self._take(0.1)
+        return [usage for usage in self._usage if usage is not None]
+
+    def close(self) -> None:
+        try:
+            self._ray.get([self._actors[i].close.remote() for i in self._live], timeout=STOP_GRACE_S)
+        except self._ray.exceptions.RayError:
+            pass  # a worker that cannot stop in time is killed with the others
+        self._stop()
+
+    def _stop(self) -> None:
+        for a in self._actors:
+            self._ray.kill(a)
+        if self._owns:
+            self._ray.shutdown()
+
+    def _take(self, timeout: float) -> list[tuple]:
+        """Send the commands waiting, then what the workers read, on the driver's clock."""
+        self._flush()
+        ray = self._ray
+        if not self._reads:
+            time.sleep(timeout)
+            return []
+        ready, _ = ray.wait(list(self._reads), num_returns=1, timeout=timeout)
+        if ready and len(self._reads) > 1:
+            ready, _ = ray.wait(list(self._reads), num_returns=len(self._reads), timeout=0)
+        items = []
+        for ref in ready:
+            worker = self._reads.pop(ref)
+            try:
+                data = ray.get(ref)
+            except ray.exceptions.RayError as e:
+                items += self._lost(worker, e)
+                continue
+            self._reads[self._read(worker)] = worker
+            buffer, offset = self._buffers[worker], self._offsets[worker]
+            buffer += data
+            for payload in split_frames(buffer):
+                for request_id, stamp, value in self._decode(payload):
+                    if request_id == "":  # not a stream's: the worker's answer to "usage"
+                        self._usage[worker] = value
+                        continue
+                    if isinstance(value, list):  # the request's HTTP phases, stamped too
+                        value = [None if t is None else t + offset for t in value]
+                    items.append((request_id, stamp + offset, value))
+        for request_id, _, value in items:
+            if value is None or isinstance(value, str):  # its end or failure: the stream has left its worker
+                worker = self._where.pop(request_id, None)
+                if worker is not None:
+                    self._streams[worker].discard(request_id)
+        return items
+
+    def _flush(self) -> None:
+        """The commands since the last flush, one Ray call a worker: the runner polls right after it
+        submits, and a burst of submits costs a call, not one a request."""
+        for worker, commands in enumerate(self._outbox):
+            if commands and worker in self._live:
+                frames = b"".join(frame(self._encode(command)) for command in commands)
+                self._actors[worker].send.remote(frames)
+            commands.clear()
+
+    def _read(self, worker: int):
+        return self._actors[worker].read.options(concurrency_group="reads").remote(READ_WAIT_S)
+
+    def _lost(self, worker: int, error: Exception) -> list[tuple]:
+        """Failures for the streams of a worker whose actor failed."""
+        self._live.discard(worker)
+        now = perf_counter()
+        message = f"client error: Ray worker {worker} failed: {_reason(error)}"
+        return [(request_id, now, message) for request_id in self._streams[worker]]
+
+    def _clock_offset(self, worker: int) -> float:
+        """What moves the worker's stamps onto the driver's perf_counter; a worker whose moved clock
+        falls outside a round trip to it by more than CLOCK_TOLERANCE_S is reported."""
+        ray = self._ray
+        best = None
+        for _ in range(CLOCK_PINGS):
+            sent = perf_counter()
+            origin, now = ray.get(self._actors[worker].now.remote())
+            back = perf_counter()
+            if best is None or back - sent < best[1] - best[0]:
+                best = (sent, back, now - origin + self._origin)
+        sent, back, moved = best
+        off = max(sent - moved, moved - back, 0.0)
+        if off > CLOCK_TOLERANCE_S:
+            logger.warning(
+                "Ray worker %d's clock is %.1f ms off the driver's (beyond a %.1f ms round trip): TTFT, E2E "
+                "and the schedule lag carry that; sync the hosts' clocks (NTP, PTP)",
+                worker,
+                off * 1e3,
+                (back - sent) * 1e3,
+            )
+        return self._origin - origin
+
+
+def _reason(error: Exception) -> str:
+    """The last line of a Ray error's message (the exception the actor raised, under its traceback)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__

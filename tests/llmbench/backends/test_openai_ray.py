@@ -1,0 +1,83 @@
+"""backend.ray_address: the stream workers as Ray actors give the rows the worker processes give, on a local
+Ray cluster on 127.0.0.1; without Ray the setting is one line naming the extra, and exit 2."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from llmbench.cli import app
+from llmbench.config.load import parse_config
+from llmbench.config.schema import ConfigError
+from llmbench.mock_server import MockServer, MockSettings
+from llmbench.run.records import load_requests
+from llmbench.run.runner import run_benchmark
+from tests.llmbench.backends.test_openai_workers import RUN, config, finished_after_a_worker_dies, rows
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'llmbench[ray]'")
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_two_ray_workers_give_the_rows_of_two_processes(ray_cluster, tmp_path):
+    with MockServer(MockSettings(ttft_ms=1, itl_ms=1, output_tokens=16)) as mock:
+        run_benchmark(config(mock.url, "backend.workers=2"), tmp_path / "processes")
+        run_benchmark(config(mock.url, "backend.workers=2", "backend.ray_address=auto"), tmp_path / "ray")
+        served = [r.tokens for r in mock.records()]
+    processes, ray = rows(tmp_path / "processes"), rows(tmp_path / "ray")
+    assert len(processes) == 24 and all(finish == "length" for *_, finish in processes)
+    assert ray == processes  # count, submit order, token counts
+    assert sorted(served) == sorted([1, 1] + [row[2] for row in processes + ray])  # 2 preflights, the load
+    # the actors' stamps reach the runner's clock: each token after its request's submit, in order
+    for record in load_requests(tmp_path / "ray"):
+        assert record.submit_time < record.first_token_time <= record.token_times[-1] <= record.finish_time
+
+
+def test_a_ray_worker_that_dies_fails_its_streams_alone(ray_cluster):
+    with MockServer(MockSettings(ttft_ms=0, itl_ms=50, output_tokens=100)) as mock:
+        finished = finished_after_a_worker_dies(
+            mock.url,
+            lambda backend: ray_cluster.kill(backend._streams._actors[0]),
+            "backend.ray_address=auto",
+        )
+    # Ray's own words follow (the actor was killed)
+    assert finished["a"].error.startswith("client error: Ray worker 0 failed: The actor")
+    assert finished["b"].error is None and finished["b"].finish_reason.value == "length"
+
+
+def test_without_ray_the_setting_is_one_line_naming_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as where it is not installed
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text("model: {preset: tiny}\nworkload: {num_requests: 2}\n")
+    with MockServer(MockSettings(ttft_ms=0, itl_ms=0, output_tokens=4)) as mock:
+        overrides = ["backend.type=openai", f"backend.url={mock.url}", "backend.ray_address=local"]
+        sets = [arg for item in overrides for arg in ("--set", item)]
+        result = CliRunner().invoke(app, ["run", str(config_file), "--out", str(tmp_path / "out"), *sets])
+        load = [r for r in mock.records() if r.tokens != 1]
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == (
+        "error: run.yaml: backend.ray_address: Ray is not installed: pip install 'llmbench[ray]'"
+    )
+    assert not load  # the preflight's one-token request only
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["backend.type=openai", "backend.url=http://127.0.0.1:1", "backend.ray_address=ray:/host"],
+            "expected auto, local, ray://host:port or host:port, got 'ray:/host'",
+        ),
+        (["backend.ray_address=auto"], "Ray workers stream HTTP: backend.type openai or server"),
+    ],
+)
+def test_a_bad_ray_address_names_the_key(overrides, message):
+    with pytest.raises(ConfigError) as error:
+        parse_config(RUN, overrides)
+    assert str(error.value) == f"backend.ray_address: {message}"
