@@ -43,7 +43,7 @@ def make_executor(config: EngineConfig) -> ModelRunner | NullExecutor:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig, step_hook=None):
-        config.check_gpus()
+        config.check_ranks()
         self.config = config
         # a profiler's step window: before_step() as each step begins (hand-overs are none), close() at end
         self.step_hook = step_hook

@@ -1,8 +1,9 @@
 """Build dataclasses from YAML data by walking their fields and type hints.
 
 Handles the types configs use (int, float, bool, str, Optional, Literal, a union of such, list[...],
-nested dataclasses) and numeric bounds declared with `bounded`. Every problem is a ConfigError whose key
-is the full dotted path; range checks raised by a dataclass's own __post_init__ get the path prefixed."""
+nested dataclasses) and numeric bounds declared with `bounded` (llmbench/engine/config.py; a list's bounds
+apply to each item). Every problem is a ConfigError whose key is the full dotted path; range checks raised
+by a dataclass's own __post_init__ get the path prefixed."""
 
 from __future__ import annotations
 
@@ -14,14 +15,7 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from llmbench.engine.config import ConfigError
-
-
-def bounded(
-    default: Any, *, gt: float | None = None, ge: float | None = None, le: float | None = None
-) -> Any:
-    """A dataclass field with numeric bounds the loader checks along with the type."""
-    return dataclasses.field(default=default, metadata={"gt": gt, "ge": ge, "le": le})
+from llmbench.engine.config import ConfigError, describe, within
 
 
 def build(cls: type, data: Any, path: str, skip: set[tuple[type, str]] = frozenset()) -> Any:
@@ -69,7 +63,7 @@ def _convert(hint: Any, value: Any, path: str, bounds: Any, skip: set) -> Any:
         (item_hint,) = args
         if not isinstance(value, list):
             raise ConfigError(path, f"expected a list, got {_show(value)}")
-        return [_convert(item_hint, v, f"{path}[{i}]", {}, skip) for i, v in enumerate(value)]
+        return [_convert(item_hint, v, f"{path}[{i}]", bounds, skip) for i, v in enumerate(value)]
     if dataclasses.is_dataclass(hint):
         return build(hint, value, path, skip)
     return _scalar(hint, value, path, bounds)
@@ -89,11 +83,7 @@ def _scalar(hint: type, value: Any, path: str, bounds: Any) -> Any:
         ok = isinstance(value, str)
     else:
         raise TypeError(f"config field {path} has unsupported type {hint}")
-    gt, ge, le = bounds.get("gt"), bounds.get("ge"), bounds.get("le")
-    in_range = (
-        ok and (gt is None or value > gt) and (ge is None or value >= ge) and (le is None or value <= le)
-    )
-    if not in_range:
+    if not (ok and within(value, bounds)):
         # YAML reads a bare `null` as None, never as the string some fields (model.executor) accept
         hint_text = ' (quote it, "null", to mean the string)' if hint is str and value is None else ""
         raise ConfigError(path, f"expected {_describe(hint, bounds)}, got {_show(value)}{hint_text}")
@@ -109,12 +99,7 @@ def _finite(number: float) -> bool:
 
 def _describe(hint: Any, bounds: Any) -> str:
     noun = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
-    upper = f" and <= {bounds['le']}" if bounds.get("le") is not None else ""
-    if bounds.get("gt") is not None:
-        return f"{noun} > {bounds['gt']:g}{upper}"
-    if bounds.get("ge") is not None:
-        return f"{noun} >= {bounds['ge']:g}{upper}"
-    return noun
+    return describe(noun, bounds)
 
 
 def _describe_arm(hint: Any, bounds: Any) -> str:

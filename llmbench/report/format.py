@@ -180,6 +180,11 @@ def with_unit(value: Any, unit: str) -> str:
     return f"{text} {unit}"
 
 
+def plural(count: Any, noun: str, nouns: str | None = None) -> str:
+    """`1 request`, `3 requests`; a count the summary lacks (`?`) takes the plural."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def header_cell(key: str) -> str:
     """A table heading with its unit and the definition on hover."""
     metric = describe(key)

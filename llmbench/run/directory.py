@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import tempfile
 from pathlib import Path
 
 # what a run writes (the report's files are rewritten by the next report; its plots are *.png)
@@ -16,12 +17,21 @@ class RunDirError(ValueError):
 
 
 def check_run_dir(run_dir: Path, replace: bool) -> None:
-    """Refuse a path that is a file or lies under one, and, unless `replace`, a directory holding a run."""
-    for path in (run_dir, *run_dir.parents):
-        if path.exists() and not path.is_dir():
-            where = "is a file" if path == run_dir else f"is under a file ({path})"
-            raise RunDirError(f"{run_dir}: {where}; choose a directory")
-    old = [name for name in RUN_FILES if (run_dir / name).exists()]
+    """Refuse a path that is a file or lies under one, a name the file system cannot hold, a directory
+    that cannot be written and, unless `replace`, one holding a run."""
+    try:
+        for path in (run_dir, *run_dir.parents):
+            if path.exists() and not path.is_dir():
+                where = "is a file" if path == run_dir else f"is under a file ({path})"
+                raise RunDirError(f"{run_dir}: {where}; choose a directory")
+        old = [name for name in RUN_FILES if (run_dir / name).exists()]
+    except OSError as e:  # a name too long, a loop of links, a directory we may not search
+        raise RunDirError(f"{run_dir}: unusable ({e.strerror}); choose another --out") from None
+    if run_dir.is_dir():
+        try:  # a read-only file system: said now, before the model loads, not when the first row is written
+            tempfile.TemporaryFile(dir=run_dir).close()
+        except OSError as e:
+            raise RunDirError(f"{run_dir}: cannot write ({e.strerror}); choose another --out") from None
     if old and not replace:
         raise RunDirError(
             f"{run_dir} already holds a run ({', '.join(old)}); "

@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 
 # stream ids: one random generator per purpose
 _INPUT, _OUTPUT, _TOKENS, _ARRIVAL, _PREFIX = range(5)
+# the synthetic tokens a workload draws, held as Python lists: about 2.5 GiB (a million requests of 64)
+MAX_WORKLOAD_TOKENS = 1 << 26
 
 
 class WorkloadError(ValueError):
@@ -136,6 +138,7 @@ def _requests(
         # checked before any token is drawn: a length of 10^12 must be an error, not an allocation
         totals = [wl.prefix.prefix_len + i + o for i, o in zip(input_lens, output_lens, strict=True)]
         _check_lengths(totals, info)
+        check_token_budget(sum(input_lens) + (n * wl.prefix.prefix_len if prefixes else 0))
         token_rng = _rng(wl.seed, phase, _TOKENS)
         prompts = [synthetic_tokens(k, info, token_rng) for k in input_lens]
     else:
@@ -147,11 +150,24 @@ def _requests(
 
 
 def shared_prefixes(config: RunConfig, info: ModelInfo) -> list[list[int]]:
-    """workload.prefix's groups: prefix_len tokens each, drawn once per seed."""
-    prefix = config.workload.prefix
-    _check_lengths([prefix.prefix_len], info)
-    rng = _rng(config.workload.seed, 0, _PREFIX)
-    return [synthetic_tokens(prefix.prefix_len, info, rng) for _ in range(prefix.groups)]
+    """workload.prefix's groups: prefix_len tokens each, drawn once per seed. Request i takes group
+    i % groups, so groups past the larger phase are never used and never drawn."""
+    wl = config.workload
+    _check_lengths([wl.prefix.prefix_len], info)
+    requests = max(wl.num_requests, wl.warmup_requests)
+    groups = min(wl.prefix.groups, requests)
+    check_token_budget((groups + requests) * wl.prefix.prefix_len if groups else 0)  # and every copy
+    rng = _rng(wl.seed, 0, _PREFIX)
+    return [synthetic_tokens(wl.prefix.prefix_len, info, rng) for _ in range(groups)]
+
+
+def check_token_budget(tokens: int) -> None:
+    """Refuse a workload whose synthetic tokens would not fit in memory, before any is drawn."""
+    if tokens > MAX_WORKLOAD_TOKENS:
+        raise WorkloadError(
+            f"workload: {tokens:,} synthetic tokens to draw, more than {MAX_WORKLOAD_TOKENS:,}; lower "
+            "num_requests, session.turns or the lengths"
+        )
 
 
 def _check_fits(requests: list[WorkloadRequest], info: ModelInfo) -> None:

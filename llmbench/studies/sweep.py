@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from llmbench.config.load import load_config
-from llmbench.config.schema import RunConfig
+from llmbench.config.schema import MAX_RATE, MIN_RATE, RunConfig
 from llmbench.run.result_files import default_run_dir
 from llmbench.studies.study import StudyResult, run_point, write_json
 
@@ -29,15 +29,19 @@ class SweepError(ValueError):
 
 
 def parse_rates(text: str) -> list[float]:
-    """Requests per second from `--rates 2,4,8,inf`, ascending; inf submits every request at once."""
+    """Requests per second from `--rates 2,4,8,inf`, ascending; inf, written so, submits every request at
+    once. Each finite rate is held to workload.arrival.rate's bounds here, before the first point runs."""
     rates = []
     for item in (part.strip() for part in text.split(",")):
         try:
             rate = float(item)
         except ValueError:
             raise SweepError(f"--rates: {item!r} is not a number (use inf for all at once)") from None
-        if math.isnan(rate) or rate <= 0:
-            raise SweepError(f"--rates: expected rates > 0, got {item!r}")
+        # float() reads 1e400 as inf too: only the word means all at once
+        if item.lower().lstrip("+") not in ("inf", "infinity") and not MIN_RATE <= rate <= MAX_RATE:
+            raise SweepError(
+                f"--rates: expected rates >= {MIN_RATE:g} and <= {MAX_RATE:,.0f}, or inf, got {item!r}"
+            )
         rates.append(rate)
     if len(set(rates)) != len(rates):
         raise SweepError(f"--rates: a rate is given twice in {text!r}")

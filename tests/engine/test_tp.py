@@ -94,12 +94,12 @@ def test_a_vocabulary_that_does_not_divide_is_padded_on_the_last_rank():
 
 
 def test_tensor_parallel_size_and_the_gpus_it_needs_are_checked(monkeypatch):
-    with pytest.raises(ConfigError, match="tensor_parallel_size: expected an integer >= 1, got 0"):
+    with pytest.raises(ConfigError, match="tensor_parallel_size: expected an integer >= 1 and <= 64, got 0"):
         EngineConfig(model=TINY_CPU, tensor_parallel_size=0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    EngineConfig(model=TINY_CPU, tensor_parallel_size=2).check_gpus()  # CPU ranks need no GPU
+    EngineConfig(model=TINY_CPU, tensor_parallel_size=2).check_ranks()  # CPU ranks need no GPU
     with pytest.raises(ConfigError, match="tensor_parallel_size: 2 ranks need as many GPUs, 1 visible"):
-        EngineConfig(model=ModelConfig(preset="tiny", device="cuda"), tensor_parallel_size=2).check_gpus()
+        EngineConfig(model=ModelConfig(preset="tiny", device="cuda"), tensor_parallel_size=2).check_ranks()
 
 
 def test_kv_heads_that_do_not_divide_are_an_error_before_any_process_starts(monkeypatch):

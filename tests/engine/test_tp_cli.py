@@ -60,7 +60,7 @@ def test_ablate_runs_every_variant_on_two_ranks(tmp_path, tp_config):
 @pytest.mark.parametrize(
     "size, message",
     [
-        ("0", "engine.tensor_parallel_size: expected an integer >= 1, got 0"),
+        ("0", "engine.tensor_parallel_size: expected an integer >= 1 and <= 64, got 0"),
         ("3", "engine.tensor_parallel_size 3 does not divide the model's 2 KV heads"),
     ],
 )

@@ -81,8 +81,8 @@ def test_a_huge_value_is_not_echoed_whole(null_config_file, tmp_path):
     "override,message",
     [
         ("workload.num_requests=1000000000000", "expected an integer >= 1 and <= 1000000, got 1000000000000"),
-        ("workload.input={dist: fixed, mean: 1e12}", "workload: 12 requests need more than max_model_len"),
-        ("workload.prefix={groups: 1, prefix_len: 1000000000000}", "need more than max_model_len"),
+        ("workload.input={dist: fixed, mean: 1e9}", "workload: 12 requests need more than max_model_len"),
+        ("workload.prefix={groups: 1, prefix_len: 1000000000}", "need more than max_model_len"),
         ("name=../../etc", "name: expected a name without '..' or control characters"),
         ("name='a\x1bb'", "name: expected a name without '..' or control characters"),
         ("output.dir=results/../../x", "output.dir: expected a path without '..' or control characters"),

@@ -13,11 +13,14 @@ from tests.llmbench.conftest import NULL_RUN
 
 def test_rates_are_parsed_sorted_and_checked():
     assert parse_rates(" 4, 2,inf ") == [2.0, 4.0, math.inf]
+    assert parse_rates("Infinity,0.001,1e6") == [0.001, 1e6, math.inf]
     for text, message in (
         ("2,fast", "'fast' is not a number"),
-        ("0,2", "expected rates > 0"),
-        ("-1", "expected rates > 0"),
-        ("nan", "expected rates > 0"),
+        ("0,2", "expected rates >= 0.001 and <= 1,000,000, or inf, got '0'"),
+        ("-1", "expected rates >= 0.001"),
+        ("nan", "expected rates >= 0.001"),
+        ("1e400", "got '1e400'"),  # float() reads it as inf: only the word means all at once
+        ("2e6", "got '2e6'"),
         ("2,2.0", "given twice"),
     ):
         with pytest.raises(SweepError, match=message):
