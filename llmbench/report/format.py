@@ -50,7 +50,12 @@ METRICS = {
     "mean_cpu_ms_per_seq": Metric("CPU per sequence", "ms", "host work per step per running sequence"),
     "mean_wait_ms": Metric("Readback wait", "ms", "per step: the host blocked reading back sampled tokens"),
     "mean_schedule_ms": Metric("Schedule", "ms", "per step: picking the batch and allocating KV blocks"),
-    "mean_prepare_ms": Metric("Prepare", "ms", "per step: building the inputs and launching the forward"),
+    "mean_prepare_ms": Metric(
+        "Prepare",
+        "ms",
+        "per step: building the inputs and launching the forward (on the CPU, running it: a CPU forward "
+        "is synchronous)",
+    ),
     "mean_sample_ms": Metric("Readback wait", "ms", "per step: the host blocked reading back sampled tokens"),
     "mean_output_ms": Metric("Output", "ms", "per step: appending tokens, finishing requests, streaming"),
     "mean_ipc_ms": Metric("IPC", "ms", "per step: messages between the engine core and the frontend"),
@@ -112,6 +117,10 @@ METRICS = {
 }
 # figures only a run with GPU timing (CUDA) has: left out of CPU runs' tables instead of shown as dashes
 GPU_ONLY = re.compile(r"^(mean_gpu_ms|gpu_.*|num_gpu_.*|max_gpu_.*|mbu|mfu|peak.*)$")
+# a rate in the largest prefix that keeps it at 1 or more: a CPU's GEMM ceiling reads 20.3 GFLOP/s, not 0.0
+# TFLOP/s; bandwidth stops at GB/s, as device sheets quote it (4,800 GB/s)
+RATE_PREFIXES = {"FLOP/s": ("T", "G", "M", "k"), "B/s": ("G", "M", "k")}
+SCALE = {"T": 1e12, "G": 1e9, "M": 1e6, "k": 1e3, "": 1.0}
 _LATENCY_KEY = re.compile(r"^(mean|median|std|min|max|p[0-9.]+)_(ttft|tpot|itl|e2el)_ms$")
 _IDLE_KEY = re.compile(r"^gpu_idle_during_(\w+)_ms$")
 _STEP_KIND_KEY = re.compile(r"^(prefill|decode)_steps_(gpu_s|of_bound|of_serial_bound)$")
@@ -157,8 +166,9 @@ def number(value: Any, unit: str = "") -> str:
         return "n/a" if math.isnan(value) else ("∞" if value > 0 else "−∞")
     if unit == "%":
         return f"{100 * value:.1f}%"
-    if unit in ("B/s", "FLOP/s"):
-        return f"{value / 1e12:,.1f} T{unit}" if unit == "FLOP/s" else f"{value / 1e9:,.0f} GB/s"
+    if unit in RATE_PREFIXES:
+        prefix = next((p for p in RATE_PREFIXES[unit] if abs(value) >= SCALE[p]), "")
+        return f"{number(value / SCALE[prefix])} {prefix}{unit}"
     if isinstance(value, int):
         return f"{value:,}"
     size = abs(value)

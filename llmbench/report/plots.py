@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from llmbench.metrics.steps import STEP_PHASES, WAIT_PHASE
 from llmbench.report.load import RunData
 from llmbench.report.page import Group
-from llmbench.report.step_parts import GPU, HOST, OTHER, segments
+from llmbench.report.step_parts import GPU, OTHER, host_phases, segments
 from llmbench.studies.ablation_table import fixed_text
 
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
@@ -247,7 +247,8 @@ def step_breakdown(group: Group, out_dir: Path) -> Path | None:
     gpu = any("gpu_work" in s for _, s in points)
     fig = Figure(figsize=(11, 1.2 + 0.55 * len(points) * (2 if gpu else 1)), layout="constrained")
     ax = fig.subplots()
-    rows = [(f"{label} host", s, (*HOST, OTHER)) for label, s in points]
+    host = host_phases([p.run.summary for p in group.points if p.run is not None])
+    rows = [(f"{label} host", s, (*host, OTHER)) for label, s in points]
     if gpu:
         gpu_rows = [(f"{label} GPU", s, GPU) for label, s in points]
         rows = [r for pair in zip(rows, gpu_rows, strict=True) for r in pair]

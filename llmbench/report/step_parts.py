@@ -13,6 +13,8 @@ HOST = (  # (steps key, label, colour): CPU phases in blues, the wait in grey
     ("mean_wait_ms", "readback wait", "#999999"),
 )
 OTHER = ("other", "rest of the step", "#DDDDDD")
+# on the CPU a forward runs as it is launched, synchronously, so the prepare phase holds it whole
+PREPARE_WITH_FORWARD = ("mean_prepare_ms", "prepare + forward (CPU)", "#56B4E9")
 IN_STEP = ("mean_schedule_ms", "mean_prepare_ms", "mean_output_ms", "mean_wait_ms")
 GPU = (("gpu_work", "GPU work", "#E69F00"), ("gpu_idle", "GPU idle", "#D55E00"))
 
@@ -27,3 +29,19 @@ def segments(steps: dict[str, Any]) -> dict[str, float] | None:
         parts["gpu_work"] = float(steps["mean_gpu_ms"])
         parts["gpu_idle"] = float(steps.get("gpu_idle_ms") or 0.0) / steps["num_steps"]
     return parts
+
+
+def forward_in_prepare(summary: dict[str, Any]) -> bool:
+    """Whether a run's model forwards ran on the CPU, inside its prepare phase (its readback wait is then
+    near zero): a model executor on device cpu, or on auto where the machine had no GPU."""
+    model = (summary.get("config") or {}).get("model") or {}
+    device = model.get("device")
+    on_cpu = device == "cpu" or (device == "auto" and not (summary.get("environment") or {}).get("gpu"))
+    return model.get("executor", "model") == "model" and on_cpu
+
+
+def host_phases(summaries: list[dict[str, Any]]) -> tuple[tuple[str, str, str], ...]:
+    """HOST, its prepare named for the forward it holds where any of these runs ran one on the CPU."""
+    if not any(forward_in_prepare(s) for s in summaries):
+        return HOST
+    return tuple(PREPARE_WITH_FORWARD if part[0] == PREPARE_WITH_FORWARD[0] else part for part in HOST)

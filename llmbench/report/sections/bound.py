@@ -1,6 +1,6 @@
 """How close each run came to its physical bound (summary.json `steps`, llmbench/metrics/roofline.py): output
 throughput beside the bound's and their ratio, with the ceilings the run measured on its device. A
-run without a bound says why."""
+run without a bound says why in its row; where no run has one, one line says why instead of the table."""
 
 from __future__ import annotations
 
@@ -42,6 +42,11 @@ def render(page: Page) -> str:
     points = [p for p in page.points if "bound_s" in p.steps]
     if not points:
         return ""
+    if all(p.steps.get("bound_s") is None for p in points):
+        # a table of n/a rows (an ablation of the null executor, say) would say only this
+        reasons = dict.fromkeys(p.steps.get("bound_unavailable") for p in points)
+        reasons.pop(None, None)
+        return note(f"No physical bound: {'; '.join(reasons)}.") if reasons else ""
     header = ["", header_cell("output_throughput"), *(header_cell(k) for k in FIGURES), "ceilings measured"]
     rows = [[esc(p.label), *_row(p)] for p in points]
     return "\n".join(

@@ -10,13 +10,14 @@ from llmbench.report.charts import chart
 from llmbench.report.format import number
 from llmbench.report.html import esc, note, table
 from llmbench.report.page import Page, Point
-from llmbench.report.step_parts import GPU, HOST, OTHER, segments
+from llmbench.report.step_parts import GPU, HOST, OTHER, forward_in_prepare, host_phases, segments
 
 
 def _host(points: list[tuple[Point, dict[str, float]]]) -> list[tuple[str, str, str]]:
     """The phases that took time in some point (IPC only with a process split, say), and the rest of
     the step where it is a visible share (1%): else it is timer rounding."""
-    phases = [part for part in HOST if any(s[part[0]] > 0 for _, s in points)]
+    host = host_phases([p.run.summary for p, _ in points if p.run is not None])
+    phases = [part for part in host if any(s[part[0]] > 0 for _, s in points)]
     rest = any(s[OTHER[0]] > 0.01 * _host_total(s) for _, s in points)
     return phases + ([OTHER] if rest else [])
 
@@ -77,6 +78,11 @@ def render(page: Page) -> str:
         "A multi-step engine step (num_scheduler_steps > 1) runs several forwards."
     )
     gpu_explain = " GPU bars: the step's GPU span and the GPU idle time per step (GPU busy, step spans)."
+    if any(forward_in_prepare(p.run.summary) for p in page.points if p.run is not None):
+        explain += (
+            " On the CPU a forward runs as it is launched, so prepare holds the model's forward too and "
+            "the readback wait is near zero."
+        )
     has_gpu = any(segments(p.steps) and "gpu_work" in segments(p.steps) for p in page.points)
     return "<h2>Step time breakdown</h2>\n" + "\n".join(
         [note(explain + (gpu_explain if has_gpu else "")), *parts]

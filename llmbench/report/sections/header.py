@@ -36,13 +36,14 @@ def _model(config: dict[str, Any]) -> str:
 
 
 def _device(config: dict[str, Any], env: dict[str, Any]) -> str:
-    device = (config.get("model") or {}).get("device") or "?"
+    return f"{(config.get('model') or {}).get('device') or '?'}: {_machine(env)}"
+
+
+def _machine(env: dict[str, Any]) -> str:
     if env.get("gpu"):
-        return f"{device}: {env['gpu']}" + (
-            f" ({env['gpu_memory_gb']:.0f} GB)" if env.get("gpu_memory_gb") else ""
-        )
+        return env["gpu"] + (f" ({env['gpu_memory_gb']:.0f} GB)" if env.get("gpu_memory_gb") else "")
     cores = f", {env['cpu_cores']} cores" if env.get("cpu_cores") else ""
-    return f"{device}: {env.get('cpu') or 'CPU'}{cores}"
+    return f"{env.get('cpu') or 'CPU'}{cores}"
 
 
 def _lengths(section: dict[str, Any]) -> str:
@@ -136,7 +137,7 @@ def _served_elsewhere(name: str, config: dict[str, Any], env: dict[str, Any]) ->
     if name == "Model":
         return f"{backend['model']} at {url}" if backend.get("model") else f"the first model {url} lists"
     if name == "Device":
-        return f"the server's: not reported; this client: {_device({}, env).removeprefix('?: ')}"
+        return f"the server's: not reported; this client: {_machine(env)}"
     if name == "Engine toggles":
         return "the server's: not reported (the OpenAI API carries none)"
     if name == "Software":

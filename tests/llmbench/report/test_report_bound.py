@@ -8,7 +8,7 @@ import re
 from llmbench.gate.compare import DEFAULT_METRICS, compare_summaries
 from llmbench.gate.load import metric_direction
 from llmbench.report import write_report
-from tests.llmbench.run_dirs import make_run_dir
+from tests.llmbench.run_dirs import make_run_dir, study_dir, visible
 
 BOUND = {
     "bound_s": 1.98,
@@ -40,17 +40,41 @@ def test_the_bound_shows_with_labels_units_and_the_ceilings_method(tmp_path):
     shown = section(page_with(tmp_path, BOUND))
     for label in ("Fraction of bound", "Bound output throughput (tok/s)", "Bound time (s)", "GEMM ceiling"):
         assert label in shown
-    assert "68.4%" in shown and "16,517" in shown and "761.0 TFLOP/s" in shown and "4,050 GB/s" in shown
+    assert "68.4%" in shown and "16,517" in shown and "761 TFLOP/s" in shown and "4,050 GB/s" in shown
     assert "NVIDIA H200: 8192x8192x8192 bfloat16 matmul" in shown
     assert "throughput_of_bound" not in shown  # key names never reach the page
 
 
-def test_a_run_without_a_bound_says_why_and_an_older_file_shows_nothing(tmp_path):
-    reason = "model.executor null: no model runs, so its roofline does not apply"
-    none = {"bound_s": None, "bound_output_throughput": None, "throughput_of_bound": None}
-    shown = section(page_with(tmp_path / "null", {**none, "bound_unavailable": reason}))
-    assert reason in shown and "n/a" in shown
+def test_a_cpu_run_s_ceilings_read_in_a_unit_that_fits(tmp_path):
+    cpu = {**BOUND, "ceiling_gemm_flops_per_s": 2.03e10, "ceiling_copy_bytes_per_s": 1.61e10}
+    shown = section(page_with(tmp_path, cpu))
+    assert "20.3 GFLOP/s" in shown and "16.1 GB/s" in shown and "0.0 TFLOP/s" not in shown
+
+
+NULL = {
+    "bound_s": None,
+    "bound_output_throughput": None,
+    "throughput_of_bound": None,
+    "bound_unavailable": "model.executor null: no model runs, so its roofline does not apply",
+}
+
+
+def test_without_a_bound_one_line_says_why_instead_of_a_table_and_an_older_file_shows_nothing(tmp_path):
+    page = page_with(tmp_path / "null", NULL)
+    assert f"No physical bound: {NULL['bound_unavailable']}." in page
+    assert "Against the physical bound" not in page and "Fraction of bound" not in page
     assert "Against the physical bound" not in page_with(tmp_path / "old", {})
+
+
+def test_a_study_without_a_bound_has_no_table_of_n_a(tmp_path):
+    for kind, labels in (("ablation", ["all off", "+chunked_prefill"]), ("sweep", ["10", "40"])):
+        root = study_dir(tmp_path / kind, kind, labels)
+        data = json.loads((root / f"{kind}.json").read_text())
+        for entry in data["variants" if kind == "ablation" else "points"]:
+            entry["steps"].update(NULL)
+        (root / f"{kind}.json").write_text(json.dumps(data))
+        page = visible(write_report([root], root).read_text())
+        assert "Against the physical bound" not in page and "No physical bound: model.executor null" in page
 
 
 def test_compare_checks_the_bound_only_when_named_and_the_fraction_as_higher_is_better():
