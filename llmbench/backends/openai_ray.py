@@ -22,18 +22,14 @@ import threading
 import time
 from time import perf_counter
 
-import msgspec
-
 from llmbench.backends.openai_loop import StreamSettings
+from llmbench.backends.openai_worker_set import WorkerSet, frame, split_frames
 from llmbench.backends.openai_workers import (
     PIPE_BYTES,
     READY_TIMEOUT_S,
     STOP_GRACE_S,
-    USAGE_TIMEOUT_S,
-    frame,
     grow_pipe,
     run_worker,
-    split_frames,
     worker_count,
 )
 
@@ -114,9 +110,9 @@ class StreamActor:
         return bytes(buffer)
 
 
-class RayWorkers:
+class RayWorkers(WorkerSet):
     """The runner's side: `backend.workers` StreamActors spread over the cluster, each with one read()
-    outstanding; what they read is merged as WorkerPool merges its processes'."""
+    outstanding."""
 
     def __init__(self, setting: int | str, workload, settings: StreamSettings, address: str):
         ray = self._ray = import_ray()
@@ -128,6 +124,7 @@ class RayWorkers:
             ray.init(address=address, **local)
         cpus = int(ray.cluster_resources().get("CPU", 1))
         count = worker_count(setting, workload, cpus)
+        super().__init__(count)
         actor = ray.remote(num_cpus=1, scheduling_strategy="SPREAD", concurrency_groups={"reads": 1})(
             StreamActor
         )
@@ -146,47 +143,9 @@ class RayWorkers:
             raise ValueError(f"backend.ray_address: a worker did not start: {_reason(e)}") from None
         self._offsets = [self._clock_offset(i) for i in range(count)]  # onto the driver's perf_counter
         self._live = set(range(count))
-        self._streams: list[set[str]] = [set() for _ in range(count)]  # live request ids per worker
-        self._where: dict[str, int] = {}
-        self._buffers = [bytearray() for _ in range(count)]
-        self._outbox: list[list] = [[] for _ in range(count)]  # commands for the next receive() to send
-        self._reads = {self._read(i): i for i in range(count)}
-        self._encode = msgspec.msgpack.Encoder().encode
-        self._decode = msgspec.msgpack.Decoder().decode
-        self._usage: list[dict | None] = [None] * count
-        self._held: list[tuple] = []  # streams' items read while waiting for usage(), for receive()
+        self._outbox: list[list] = [[] for _ in range(count)]  # commands for the next _read() to send
+        self._reads = {self._ask(i): i for i in range(count)}
         logger.info("Ray workers: %d, over a cluster of %d CPUs", count, cpus)
-
-    def start(self, request_id: str, body: bytes) -> None:
-        if not self._live:
-            raise RuntimeError("backend.ray_address: every Ray worker has failed")
-        worker = min(self._live, key=lambda i: len(self._streams[i]))
-        self._streams[worker].add(request_id)
-        self._where[request_id] = worker
-        self._outbox[worker].append(["start", request_id, body])
-
-    def cancel(self, request_id: str) -> None:
-        worker = self._where.get(request_id)
-        if worker is not None:
-            self._outbox[worker].append(["cancel", request_id])
-
-    def receive(self, timeout: float) -> list[tuple]:
-        """What the workers read, waiting up to `timeout` seconds for the first of it."""
-        if self._held:
-            items, self._held = self._held, []
-            return items + self._take(0.0)
-        return self._take(timeout)
-
-    def usage(self) -> list[dict]:
-        """Each live worker's LoopMonitor figures (a worker that does not answer in time is left out)."""
-        self._usage = [None] * len(self._actors)
-        asked = set(self._live)
-        for worker in asked:
-            self._outbox[worker].append(["usage", ""])
-        deadline = time.monotonic() + USAGE_TIMEOUT_S
-        while any(self._usage[i] is None for i in asked & self._live) and time.monotonic() < deadline:
-            self._held += self._take(0.1)
-        return [usage for usage in self._usage if usage is not None]
 
     def close(self) -> None:
         try:
@@ -201,7 +160,13 @@ class RayWorkers:
         if self._owns:
             self._ray.shutdown()
 
-    def _take(self, timeout: float) -> list[tuple]:
+    def _send(self, worker: int, message: list) -> None:
+        self._outbox[worker].append(message)
+
+    def _alive(self, worker: int) -> bool:
+        return worker in self._live
+
+    def _read(self, timeout: float) -> list[tuple]:
         """Send the commands waiting, then what the workers read, on the driver's clock."""
         self._flush()
         ray = self._ray
@@ -219,22 +184,12 @@ class RayWorkers:
             except ray.exceptions.RayError as e:
                 items += self._lost(worker, e)
                 continue
-            self._reads[self._read(worker)] = worker
-            buffer, offset = self._buffers[worker], self._offsets[worker]
-            buffer += data
-            for payload in split_frames(buffer):
-                for request_id, stamp, value in self._decode(payload):
-                    if request_id == "":  # not a stream's: the worker's answer to "usage"
-                        self._usage[worker] = value
-                        continue
-                    if isinstance(value, list):  # the request's HTTP phases, stamped too
-                        value = [None if t is None else t + offset for t in value]
-                    items.append((request_id, stamp + offset, value))
-        for request_id, _, value in items:
-            if value is None or isinstance(value, str):  # its end or failure: the stream has left its worker
-                worker = self._where.pop(request_id, None)
-                if worker is not None:
-                    self._streams[worker].discard(request_id)
+            self._reads[self._ask(worker)] = worker
+            offset = self._offsets[worker]
+            for request_id, stamp, value in self._items(worker, data):
+                if isinstance(value, list):  # the request's HTTP phases, stamped too
+                    value = [None if t is None else t + offset for t in value]
+                items.append((request_id, stamp + offset, value))
         return items
 
     def _flush(self) -> None:
@@ -242,11 +197,10 @@ class RayWorkers:
         submits, and a burst of submits costs a call, not one a request."""
         for worker, commands in enumerate(self._outbox):
             if commands and worker in self._live:
-                frames = b"".join(frame(self._encode(command)) for command in commands)
-                self._actors[worker].send.remote(frames)
+                self._actors[worker].send.remote(b"".join(frame(self._encode(c)) for c in commands))
             commands.clear()
 
-    def _read(self, worker: int):
+    def _ask(self, worker: int):
         return self._actors[worker].read.options(concurrency_group="reads").remote(READ_WAIT_S)
 
     def _lost(self, worker: int, error: Exception) -> list[tuple]:

@@ -5,12 +5,8 @@ The runner still submits every request at its time from the one arrival schedule
 max_concurrency); each goes to the worker with the fewest streams. A worker reads and stamps
 (openai_loop.StreamLoop) and, once per turn of its loop, sends what it read to the runner as one
 msgpack frame on its stdout; the runner's poll parses it as it would a thread's. Stamps are
-perf_counter, CLOCK_MONOTONIC: the runner's clock too.
-
-Frames both ways: a 4-byte little-endian length, then msgpack. To a worker: ["start", id, body],
-["cancel", id] or ["usage", ""]; its stdin closing stops it. From a worker: a list of (id, stamp,
-phases | bytes | message | None) as openai_loop describes, the first one empty, once it is ready; the
-answer to "usage" is ("", stamp, its LoopMonitor figures)."""
+perf_counter, CLOCK_MONOTONIC: the runner's clock too. The frames are openai_worker_set's; a worker's
+commands come on its stdin, and its stdin closing stops it."""
 
 from __future__ import annotations
 
@@ -27,13 +23,12 @@ from multiprocessing.connection import wait
 import msgspec
 
 from llmbench.backends.openai_loop import StreamLoop, StreamSettings, new_event_loop
+from llmbench.backends.openai_worker_set import WorkerSet, frame, split_frames
 
 STREAMS_PER_WORKER = 256  # backend.workers auto: one loop keeps its stamps near a bare client's up to here
 READY_TIMEOUT_S = 60.0
-USAGE_TIMEOUT_S = 10.0
 STOP_GRACE_S = 10.0
 PIPE_BYTES = 1 << 20  # each worker's pipe to the runner holds this much, so a busy runner rarely blocks one
-_HEADER = 4
 
 
 def worker_count(setting: int | str, workload, cores: int | None = None) -> int:
@@ -49,27 +44,11 @@ def worker_count(setting: int | str, workload, cores: int | None = None) -> int:
     return max(1, min(cores - 1, math.ceil(streams / STREAMS_PER_WORKER)))
 
 
-def frame(payload: bytes) -> bytes:
-    return len(payload).to_bytes(_HEADER, "little") + payload
-
-
-def split_frames(buffer: bytearray) -> list[bytes]:
-    """The whole frames at the front of `buffer`, removed from it."""
-    frames, at = [], 0
-    while len(buffer) - at >= _HEADER:
-        size = int.from_bytes(buffer[at : at + _HEADER], "little")
-        if len(buffer) - at - _HEADER < size:
-            break
-        frames.append(bytes(buffer[at + _HEADER : at + _HEADER + size]))
-        at += _HEADER + size
-    del buffer[:at]
-    return frames
-
-
-class WorkerPool:
+class WorkerPool(WorkerSet):
     """N worker processes; the runner's side of their pipes."""
 
     def __init__(self, count: int, settings: StreamSettings):
+        super().__init__(count)
         command = [
             sys.executable,
             "-m",
@@ -82,71 +61,10 @@ class WorkerPool:
             )
             for _ in range(count)
         ]
-        self._buffers = {w.stdout.fileno(): bytearray() for w in self._workers}
         self._index = {w.stdout.fileno(): i for i, w in enumerate(self._workers)}
-        self._streams: list[set[str]] = [set() for _ in self._workers]  # live request ids per worker
-        self._where: dict[str, int] = {}
-        self._encode = msgspec.msgpack.Encoder().encode
-        self._decode = msgspec.msgpack.Decoder().decode
-        self._held: list[tuple] = []  # streams' items read while waiting for usage(), for receive()
-        self._usage: list[dict | None] = [None] * count
         for w in self._workers:
             grow_pipe(w.stdout.fileno())
         self._wait_ready()
-
-    def start(self, request_id: str, body: bytes) -> None:
-        worker = min(range(len(self._workers)), key=lambda i: len(self._streams[i]))
-        self._streams[worker].add(request_id)
-        self._where[request_id] = worker
-        self._send(worker, ["start", request_id, body])
-
-    def cancel(self, request_id: str) -> None:
-        worker = self._where.get(request_id)
-        if worker is not None:
-            self._send(worker, ["cancel", request_id])
-
-    def receive(self, timeout: float) -> list[tuple]:
-        """What the workers read, waiting up to `timeout` seconds for the first of it."""
-        if self._held:
-            items, self._held = self._held, []
-            return items + self._read(0.0)
-        return self._read(timeout)
-
-    def usage(self) -> list[dict]:
-        """Each live worker's LoopMonitor figures (a worker that does not answer in time is left out)."""
-        self._usage = [None] * len(self._workers)
-        asked = [i for i, w in enumerate(self._workers) if not w.stdout.closed]
-        for worker in asked:
-            self._send(worker, ["usage", ""])
-        deadline = time.monotonic() + USAGE_TIMEOUT_S
-        while any(self._usage[i] is None and not self._workers[i].stdout.closed for i in asked):
-            if time.monotonic() > deadline:
-                break
-            self._held += self._read(0.1)
-        return [usage for usage in self._usage if usage is not None]
-
-    def _read(self, timeout: float) -> list[tuple]:
-        items = []
-        for pipe in wait([w.stdout for w in self._workers if not w.stdout.closed], timeout):
-            fd = pipe.fileno()
-            data = os.read(fd, PIPE_BYTES)
-            if not data:
-                items += self._lost(self._index[fd])
-                continue
-            buffer = self._buffers[fd]
-            buffer += data
-            for payload in split_frames(buffer):
-                for item in self._decode(payload):
-                    if item[0] == "":  # not a stream's: the worker's answer to "usage"
-                        self._usage[self._index[fd]] = item[2]
-                    else:
-                        items.append(item)
-        for request_id, _, data in items:
-            if data is None or isinstance(data, str):  # its end or failure: the stream has left its worker
-                worker = self._where.pop(request_id, None)
-                if worker is not None:
-                    self._streams[worker].discard(request_id)
-        return items
 
     def close(self) -> None:
         for w in self._workers:
@@ -166,6 +84,17 @@ class WorkerPool:
             self._workers[worker].stdin.write(frame(self._encode(message)))
         except BrokenPipeError:
             pass  # the worker has exited: receive() fails its streams
+
+    def _alive(self, worker: int) -> bool:
+        return not self._workers[worker].stdout.closed
+
+    def _read(self, timeout: float) -> list[tuple]:
+        items = []
+        for pipe in wait([w.stdout for w in self._workers if not w.stdout.closed], timeout):
+            worker = self._index[pipe.fileno()]
+            data = os.read(pipe.fileno(), PIPE_BYTES)
+            items += self._items(worker, data) if data else self._lost(worker)
+        return items
 
     def _lost(self, worker: int) -> list[tuple]:
         """Failures for the streams of a worker whose pipe closed (it exited)."""
@@ -187,8 +116,9 @@ class WorkerPool:
                 if not data:
                     self.close()
                     raise RuntimeError(f"backend.workers: worker process {self._index[fd]} did not start")
-                self._buffers[fd] += data
-                if split_frames(self._buffers[fd]):
+                buffer = self._buffers[self._index[fd]]
+                buffer += data
+                if split_frames(buffer):
                     waiting.discard(fd)
             if waiting and time.monotonic() > deadline:
                 self.close()

@@ -54,7 +54,7 @@ def test_two_workers_give_the_rows_of_one(tmp_path):
 
 def finished_after_a_worker_dies(url: str, kill, *overrides: str) -> dict:
     """Streams "a" and "b" on two workers, `kill(backend)` once both stream (the first worker has "a"),
-    then the finished outputs by request id."""
+    and "c" once "a" has failed; then the finished outputs by request id."""
     backend = OpenAIBackend()
     backend.start(config(url, "backend.workers=2", *overrides))
     try:
@@ -70,6 +70,8 @@ def finished_after_a_worker_dies(url: str, kill, *overrides: str) -> dict:
             for output in backend.poll():
                 if output.finished:
                     finished[output.request_id] = output
+                    if output.request_id == "a":  # the dead worker has no stream now: it must get none
+                        backend.submit("c", [5, 6, 7], SamplingParams(max_tokens=100))
     finally:
         backend.close()
     return finished
@@ -81,7 +83,7 @@ def test_a_worker_that_dies_fails_its_streams_alone():
             mock.url, lambda backend: os.kill(backend._streams._workers[0].pid, signal.SIGKILL)
         )
     assert finished["a"].error == "client error: worker process 0 exited with code -9"
-    assert finished["b"].error is None and finished["b"].finish_reason.value == "length"
+    assert all(finished[r].error is None and finished[r].finish_reason.value == "length" for r in "bc")
 
 
 def test_auto_takes_one_worker_per_256_streams_and_leaves_the_runner_a_core(monkeypatch):
