@@ -185,10 +185,8 @@ def test_ctrl_c_counts_requests_without_a_token_as_not_started(tmp_path):
     assert metrics["completed"] + metrics["failed"] == len(timed)
     assert metrics["failed"] == len(unfinished)
     assert metrics["not_started"] == 40 - len(timed) > 0
-    assert (
-        result.summary["stop_reason"]
-        == f"interrupted (Ctrl-C); {metrics['not_started']} requests not started"
-    )
+    not_started = f"{metrics['not_started']} request{'' if metrics['not_started'] == 1 else 's'}"
+    assert result.summary["stop_reason"] == f"interrupted (Ctrl-C); {not_started} not started"
 
 
 def test_cpu_threads_are_applied_and_recorded(tmp_path, null_config_file):
