@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from typing import NoReturn
 
 import zmq
 from llmbench.engine import core_messages as msg
@@ -69,8 +70,11 @@ class EngineCoreClient:
         self._poller = zmq.Poller()
         self._poller.register(self._pull, zmq.POLLIN)
         self._poller.register(self._exited, zmq.POLLIN)
+        self._send_poller = zmq.Poller()
+        self._send_poller.register(self._push, zmq.POLLOUT)
+        self._send_poller.register(self._exited, zmq.POLLIN)
         try:
-            self._push.send(msg.encoder.encode(config))
+            self._send(msg.encoder.encode(config))
             while self.executor is None:
                 self._receive(timeout_ms=None)
         except BaseException:
@@ -132,6 +136,11 @@ class EngineCoreClient:
             self._receive(timeout_ms=None)
         return self._check_replies.pop()
 
+    def kill(self) -> None:
+        """Kill the core process: the only call another thread may make while the owner uses the
+        client (a ZeroMQ socket is not thread-safe), which then raises EngineCoreError."""
+        self._process.kill()
+
     def shutdown(self) -> None:
         if self._closed:
             return
@@ -159,8 +168,22 @@ class EngineCoreClient:
             payload = msg.encoder.encode(self._commands)
         except OverflowError:  # an integer past 64 bits somewhere: find its request, send the rest
             payload = msg.encoder.encode([c for c in self._commands if self._encodes(c)])
-        self._push.send(payload)
         self._commands = []
+        self._send(payload)
+
+    def _send(self, payload: bytes) -> None:
+        """Send to the core, waiting while its pipe is full; EngineCoreError once it has exited. A PUSH
+        socket whose peer is gone has no pipe left and blocks a plain send() for ever."""
+        if self._closed:
+            raise EngineCoreError("the engine core was shut down")
+        while True:
+            try:
+                self._push.send(payload, zmq.NOBLOCK)
+                return
+            except zmq.Again:
+                pass
+            if self._exited in dict(self._send_poller.poll()):
+                self._core_exited()
 
     def _encodes(self, command: msg.Command) -> bool:
         """Whether the command encodes; an Add that does not fails alone, as a bad request does."""
@@ -190,9 +213,12 @@ class EngineCoreClient:
                 break
             self._handle(_decode(payload))
         if self._exited in events and not self._pull.poll(0):
-            code = self._process.wait()
-            self.shutdown()
-            raise EngineCoreError(f"the engine core process exited unexpectedly (exit code {code})")
+            self._core_exited()
+
+    def _core_exited(self) -> NoReturn:
+        code = self._process.wait()
+        self.shutdown()
+        raise EngineCoreError(f"the engine core process exited unexpectedly (exit code {code})")
 
     def _handle(self, reply: msg.Reply) -> None:
         if isinstance(reply, msg.Outputs):

@@ -116,9 +116,10 @@ def build_app(state: ServerState) -> FastAPI:
     async def drain_step_records() -> Response:
         """llmbench's own: the engine's step records since the last call, as msgpack (`backend.type:
         server` reads them, so a run through HTTP has the in-process run's step figures)."""
-        if state.engine.dead is not None:
-            return _error(state.engine.dead, 503, "ServiceUnavailableError")
-        records = await state.engine.drain_step_records()
+        try:
+            records = await state.engine.drain_step_records()
+        except EngineDeadError as e:
+            return _error(str(e), 503, "ServiceUnavailableError")
         return Response(msgspec.msgpack.encode(records), media_type="application/msgpack")
 
     @app.post("/tokenize")
@@ -216,10 +217,25 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class StreamEndingServer(uvicorn.Server):
+    """uvicorn's server, ending every request in flight with an error as it starts shutting down
+    (Ctrl-C, SIGTERM): uvicorn waits for open responses to finish, and a stream of 1,500 tokens held
+    the exit for as long as it ran."""
+
+    def __init__(self, config: uvicorn.Config, engine: EngineLoop):
+        super().__init__(config)
+        self.engine = engine
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.engine.stop_streams("the server is shutting down")
+        await super().shutdown(sockets)
+
+
 def make_server(app: FastAPI, log_level: str = "warning") -> uvicorn.Server:
     # no access log: a line per request is CPU the engine's comparison should not pay (vLLM's
     # benchmarks run with it off too)
-    return uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30))
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30)
+    return StreamEndingServer(config, app.state.server.engine)
 
 
 def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000) -> None:

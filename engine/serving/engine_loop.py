@@ -16,6 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from llmbench.engine.check import assert_engine_empty
 from llmbench.engine.config import EngineConfig
@@ -49,6 +50,7 @@ class EngineLoop:
         # engine request id -> its HTTP request's queue of (choice index, output, time handed over), and index
         self._routes: dict[str, tuple[asyncio.Queue, int]] = {}
         self._commands: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+        self._asked: set[asyncio.Future] = set()  # check and drain answers not yet given
         self._wake = threading.Event()
         self._running = True
         self.loop: asyncio.AbstractEventLoop | None = None  # the server's, once started
@@ -74,24 +76,57 @@ class EngineLoop:
         if self._routes.pop(request_id, None) is not None and self.dead is None:
             self._send(("abort", request_id))
 
+    def stop_streams(self, reason: str) -> None:
+        """End every request in flight with EngineDeadError(reason) and refuse new ones: the server is
+        going down, and a stream left running would hold its exit for as long as it ran."""
+        if self.dead is not None:
+            return
+        for request_id in self._routes:
+            self._send(("abort", request_id))
+        self._fail_all(reason)
+
+    @property
+    def num_in_flight(self) -> int:
+        """Engine requests handed over and not finished or aborted, as the event loop knows them."""
+        return len(self._routes)
+
     async def check_empty(self) -> str | None:
         """None when the engine holds no request and every KV block is free, else what is wrong."""
-        future = self.loop.create_future()
-        self._send(("check", future))
-        return await future
+        return await self._ask("check")
 
     async def drain_step_records(self) -> list[StepRecord]:
         """Every step record since the last call (from the engine now, not the last periodic drain)."""
+        return await self._ask("drain")
+
+    async def _ask(self, kind: str) -> Any:
+        """The engine thread's answer; EngineDeadError when the engine is gone before it answers."""
+        if self.dead is not None:
+            raise EngineDeadError(self.dead)
         future = self.loop.create_future()
-        self._send(("drain", future))
-        return await future
+        self._asked.add(future)
+        self._send((kind, future))
+        try:
+            return await future
+        finally:
+            self._asked.discard(future)
 
     def shutdown(self) -> None:
+        """Stop stepping; the engine thread shuts the engine down as it leaves. Only that thread touches
+        the engine once started: a ZeroMQ socket closed here while the thread sent on it aborted the
+        process inside libzmq."""
         self._running = False
         self._wake.set()
-        if self._thread.is_alive():
+        if self._thread.ident is None:  # never started: nothing else holds the engine
+            self.engine.shutdown()
+            return
+        self._thread.join(JOIN_TIMEOUT_S)
+        if self._thread.is_alive() and self.split:
+            # a core stuck in a step: killing it wakes the thread, which then closes its sockets
+            logger.warning("engine core did not stop in %.0f s: killing it", JOIN_TIMEOUT_S)
+            self.engine.kill()
             self._thread.join(JOIN_TIMEOUT_S)
-        self.engine.shutdown()
+        if self._thread.is_alive():
+            logger.warning("engine thread still busy after %.0f s: it ends with the process", JOIN_TIMEOUT_S)
 
     def _send(self, command: tuple) -> None:
         self._commands.put(command)
@@ -112,7 +147,7 @@ class EngineLoop:
             self._on_records(records)
         if future is not None:
             records, self._claimable = (self._claimable or []) + records, []
-            future.set_result(records)
+            _answer(future, records)
         elif self._claimable is not None:
             self._claimable += records
 
@@ -122,6 +157,9 @@ class EngineLoop:
         for stream, _ in self._routes.values():
             stream.put_nowait(error)
         self._routes.clear()
+        for future in self._asked:
+            if not future.done():
+                future.set_exception(error)
 
     # the engine thread's side
 
@@ -148,6 +186,8 @@ class EngineLoop:
         except Exception as e:  # the engine is gone; the server stays up to say so
             logger.exception("engine failed")
             loop.call_soon_threadsafe(self._fail_all, f"engine failed: {e}")
+        finally:
+            engine.shutdown()
 
     def _apply_commands(self) -> None:
         while True:
@@ -175,4 +215,9 @@ class EngineLoop:
                 failure = None
             except AssertionError as e:
                 failure = str(e) or "assert_engine_empty failed"
-        self.loop.call_soon_threadsafe(future.set_result, failure)
+        self.loop.call_soon_threadsafe(_answer, future, failure)
+
+
+def _answer(future: asyncio.Future, result: Any) -> None:
+    if not future.done():  # else failed already: the engine died before the answer came
+        future.set_result(result)

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -126,6 +127,29 @@ def test_a_crash_in_the_core_is_reported():
     with pytest.raises(EngineCoreError, match=r"exited unexpectedly \(exit code -9\)"):
         while True:
             core.step()
+    core.shutdown()
+
+
+def test_a_send_to_a_core_that_died_raises_instead_of_blocking():
+    core = EngineCoreClient(EngineConfig(**TINY, process_split=True))
+    os.kill(core._process.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while not process_gone(core._process.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # ZeroMQ drops the dead peer's pipe: a plain send() on the PUSH socket then blocks
+    errors = []
+
+    def drain():
+        try:
+            core.drain_step_records()
+        except EngineCoreError as e:
+            errors.append(str(e))
+
+    sender = threading.Thread(target=drain, daemon=True)
+    sender.start()
+    sender.join(10)
+    assert not sender.is_alive(), "the send to a dead core is still blocked"
+    assert errors == ["the engine core process exited unexpectedly (exit code -9)"]
     core.shutdown()
 
 

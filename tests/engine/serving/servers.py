@@ -1,10 +1,13 @@
 """A real `llmbench serve` app on 127.0.0.1 (a free port) in a thread of the test process, over the tiny
-model on CPU, and what the tests check it with."""
+model on CPU, or the command itself in a child process, and what the tests check them with."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -61,3 +64,38 @@ def stream_until_error(url: str, opened: threading.Event, errors: list) -> None:
                 errors.append((time.monotonic(), json.loads(line[6:])["error"]["message"]))
             elif line == "data: [DONE]":
                 return
+
+
+class ServeProcess:
+    """`llmbench serve CONFIG --port P [--set ...]` as a child process, healthy once constructed."""
+
+    def __init__(self, config: str, *settings: str):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        command = [sys.executable, "-m", "llmbench", "serve", config, "--port", str(port)]
+        self.process = subprocess.Popen([*command, *(a for s in settings for a in ("--set", s))])
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                assert self.process.poll() is None, "server exited"
+                assert time.monotonic() < deadline, "server never became healthy"
+                try:
+                    if httpx.get(self.url + "/health").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    time.sleep(0.1)
+        except BaseException:
+            self.kill()
+            raise
+
+    def children(self) -> list[int]:
+        pid = self.process.pid
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()

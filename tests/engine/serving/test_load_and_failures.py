@@ -97,14 +97,33 @@ def test_killing_the_engine_core_fails_every_stream_within_5_s():
 
 
 def test_an_idle_server_notices_its_core_died():
+    """With step-record drains going to the core as it dies: a send to a dead core once blocked the
+    engine thread for ever, and the shutdown closing that socket from another thread aborted the
+    process in libzmq."""
     server = start_server(process_split=True)
+    drains, stop = [], threading.Event()
+
+    def drain_until_stopped():
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            while not stop.is_set():
+                drains.append(client.post("/step_records/drain").status_code)
+
+    drainer = threading.Thread(target=drain_until_stopped)
+    drainer.start()
     try:
+        while not drains:  # drains under way
+            assert drainer.is_alive()
+            time.sleep(0.01)
         os.kill(server.engine.engine._process.pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
         while httpx.get(server.url + "/health").status_code == 200:
             assert time.monotonic() < deadline, "/health still 200 five seconds after the core died"
             time.sleep(0.05)
+        stop.set()
+        drainer.join(15)
+        assert not drainer.is_alive() and drains[-1] == 503 and set(drains) <= {200, 503}
     finally:
+        stop.set()
         server.stop()
 
 

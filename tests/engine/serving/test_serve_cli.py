@@ -2,53 +2,30 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
 from tests.engine.helpers import process_gone
+from tests.engine.serving.servers import ServeProcess
 
 CONFIG = "configs/quickstart.yaml"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def children(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        return [int(p) for p in f.read().split()]
-
-
 @pytest.mark.parametrize("split", ["false", "true"])
 def test_serve_answers_then_stops_on_ctrl_c_leaving_no_process(split):
-    port = free_port()
-    command = [sys.executable, "-m", "llmbench", "serve", CONFIG, "--port", str(port)]
-    server = subprocess.Popen([*command, "--set", f"engine.process_split={split}"])
+    server = ServeProcess(CONFIG, f"engine.process_split={split}")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None and time.monotonic() < deadline, "server never became healthy"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
         body = {"prompt": "hello", "max_tokens": 4, "ignore_eos": True}
-        reply = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body).json()
+        reply = httpx.post(f"{server.url}/v1/completions", json=body).json()
         assert reply["usage"]["completion_tokens"] == 4
-        cores = children(server.pid)
+        cores = server.children()
         assert len(cores) == (split == "true")  # split: the engine core is the server's one child
-        server.send_signal(signal.SIGINT)
-        assert server.wait(30) == 130  # interrupted, as every llmbench command exits on Ctrl-C
+        server.process.send_signal(signal.SIGINT)
+        assert server.process.wait(30) == 130  # interrupted, as every llmbench command exits on Ctrl-C
         assert all(process_gone(pid) for pid in cores)
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+        server.kill()
 
 
 def test_serve_usage_errors_exit_2_with_one_line():
