@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmbench.config.load import load_config
-from llmbench.config.schema import RunConfig
+from llmbench.config.schema import MAX_RATE, MAX_REQUESTS, MIN_RATE, RunConfig
 from llmbench.run.result_files import default_run_dir
 from llmbench.studies.capacity_search import SearchResult, SearchSpace, find_capacity
 from llmbench.studies.capacity_view import capacity_plot
@@ -54,6 +54,12 @@ class CapacityOptions:
         start = self.start
         if start is None:
             start = (base.workload.max_concurrency or 8) if integer else base.workload.arrival.rate
+        floor, ceiling = (1, MAX_REQUESTS) if integer else (MIN_RATE, MAX_RATE)  # the config's bounds
+        if not all(floor <= v <= ceiling for v in (start, lowest, highest)):  # inf and nan fail too
+            raise CapacityError(
+                f"--start, --lowest and --highest: expected {self.by} >= {floor:g} and <= {ceiling:,.0f}, "
+                f"got {start:g}, {lowest:g} and {highest:g}"
+            )
         if integer and any(v != int(v) for v in (start, lowest, highest)):
             raise CapacityError("--start, --lowest and --highest: concurrency takes whole numbers")
         if not 0 < lowest <= start <= highest:

@@ -88,6 +88,9 @@ def test_the_search_finds_the_knee_through_our_http_server(tmp_path):
         ({}, ["--by", "tokens"], "--by: expected rate or concurrency, got 'tokens'"),
         ({}, ["--start", "5000"], "expected 0 < --lowest (0.1) <= --start (5000) <= --highest (1000)"),
         ({}, ["--by", "concurrency", "--start", "2.5"], "concurrency takes whole numbers"),
+        # float() reads 1e400 as inf: a probe past the config's rate bound, or int(inf) for concurrency
+        ({}, ["--highest", "1e400"], "expected rate >= 0.001 and <= 1,000,000, got 20, 0.1 and inf"),
+        ({}, ["--by", "concurrency", "--highest", "1e400"], "expected concurrency >= 1 and <= 1,000,000"),
     ],
 )
 def test_unusable_settings_are_one_line_and_exit_2(tmp_path, change, args, message):
