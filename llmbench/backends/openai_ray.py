@@ -9,7 +9,7 @@ actors are made; each actor takes the reading of its own perf_counter at that wa
 reach the runner moved by the difference of the two readings. Differences of a worker's stamps (ITL,
 TPOT, the HTTP phases) are on one host's clock and exact; what is measured from the runner's submit time
 (TTFT, E2E, the schedule lag) also holds the Ray hop, as a late send should, and the hosts' wall-clock
-disagreement, which a synced cluster (NTP, PTP) keeps far below a millisecond. Every actor's clock is
+disagreement, which a synced cluster (NTP, PTP) usually keeps below a millisecond. Every actor's clock is
 checked against the driver's over a Ray round trip when it starts (CLOCK_TOLERANCE_S)."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import select
 import threading
 import time
 from time import perf_counter
+from types import ModuleType
 
 from llmbench.backends.openai_loop import StreamSettings
 from llmbench.backends.openai_worker_set import WorkerSet, frame, split_frames
@@ -41,7 +42,7 @@ CLOCK_TOLERANCE_S = 0.002  # an actor's clock this far outside a round trip to i
 CLOCK_PINGS = 3
 
 
-def import_ray():
+def import_ray() -> ModuleType:
     try:
         import ray
     except ImportError:
@@ -118,10 +119,12 @@ class RayWorkers(WorkerSet):
         ray = self._ray = import_ray()
         self._owns = not ray.is_initialized()  # a program that joined a cluster itself keeps it
         if self._owns:
-            local = (
-                {"include_dashboard": False, "_node_ip_address": "127.0.0.1"} if address == "local" else {}
-            )
-            ray.init(address=address, **local)
+            # `local`: a cluster of this host alone, reachable on loopback only, without its dashboard
+            local = {"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
+            try:
+                ray.init(address=address, **(local if address == "local" else {}))
+            except ConnectionError as e:  # no cluster there: `auto` with none running, a wrong address
+                raise ValueError(f"backend.ray_address {address}: {e}") from None
         cpus = int(ray.cluster_resources().get("CPU", 1))
         count = worker_count(setting, workload, cpus)
         super().__init__(count)

@@ -3,7 +3,10 @@ Ray cluster on 127.0.0.1; without Ray the setting is one line naming the extra, 
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -15,6 +18,8 @@ from llmbench.mock_server import MockServer, MockSettings
 from llmbench.run.records import load_requests
 from llmbench.run.runner import run_benchmark
 from tests.llmbench.backends.test_openai_workers import RUN, config, finished_after_a_worker_dies, rows
+
+REPO = Path(__file__).parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +70,22 @@ def test_without_ray_the_setting_is_one_line_naming_the_extra(monkeypatch, tmp_p
         "error: run.yaml: backend.ray_address: Ray is not installed: pip install 'llmbench[ray]'"
     )
     assert not load  # the preflight's one-token request only
+
+
+def test_a_run_started_apart_joins_the_running_cluster_with_auto(ray_cluster, tmp_path):
+    # as `ray start` and then `llmbench run` on a host of the cluster: the run is a process of its own
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text("model: {preset: tiny}\nworkload: {num_requests: 4}\noutput: {report: false}\n")
+    with MockServer(MockSettings(ttft_ms=0, itl_ms=0, output_tokens=4)) as mock:
+        overrides = ["backend.type=openai", f"backend.url={mock.url}", "backend.ray_address=auto"]
+        command = [sys.executable, "-m", "llmbench", "run", str(config_file), "--out", str(tmp_path / "out")]
+        command += [arg for item in overrides for arg in ("--set", item)]
+        # `auto` reads RAY_ADDRESS first: this test's cluster, where another test process has one too
+        env = {**os.environ, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
+        run = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Ray workers: 1, over a cluster of 2 CPUs" in run.stdout + run.stderr  # this test's cluster
+    assert [r.output_len for r in load_requests(tmp_path / "out")] == [4] * 4
 
 
 @pytest.mark.parametrize(
