@@ -23,6 +23,7 @@ from llmbench.cli.common import (
 )
 from llmbench.cli.console import RunProgress, console, setup_logging
 from llmbench.config.load import ConfigFileError
+from llmbench.config.schema import MAX_REQUESTS
 from llmbench.engine.config import ConfigError
 from llmbench.run.directory import RunDirError
 from llmbench.run.signals import sigterm_interrupts
@@ -209,9 +210,11 @@ def _show_study(table: Table, result: StudyResult, no_report: bool) -> None:
 
 
 def soak(
-    requests: Annotated[int, typer.Option(min=1, help="Requests to run through each pool")] = 10_000,
+    requests: Annotated[
+        int, typer.Option(min=1, max=MAX_REQUESTS, help="Requests to run through each pool")
+    ] = 10_000,
     blocks: Annotated[int, typer.Option(min=1, help="KV blocks of the small, preempting pool")] = 64,
-    seed: Annotated[int, typer.Option(help="Workload and arrival seed")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=2**63 - 1, help="Workload and arrival seed")] = 0,
     set_: Annotated[
         list[str] | None,
         typer.Option("--set", help="Override a model.* or engine.* value: key.path=value (repeatable)"),

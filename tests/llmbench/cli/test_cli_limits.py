@@ -221,3 +221,11 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path):
     assert summary["stop_reason"].startswith("interrupted (SIGTERM); ")
     assert summary["stop_reason"].endswith(" not started")
     assert rows.read_text().count("\n") >= 1
+
+
+@pytest.mark.parametrize("option,value", [("--requests", "1000000000000"), ("--seed", "-1")])
+def test_soak_options_are_bounded(option, value):
+    """A trillion requests ran for ever; a negative seed was numpy's traceback."""
+    result = invoke("soak", option, value)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"Invalid value for '{option}'" in result.output
