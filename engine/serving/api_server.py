@@ -61,6 +61,7 @@ class ServerState:
         self.model = self.metrics.model
         self.max_model_len = self.engine.executor.max_model_len
         self.metrics.num_blocks = self.engine.executor.num_blocks
+        self.metrics.count_in_flight(lambda: self.engine.num_in_flight)
 
 
 def served_model_name(config: EngineConfig) -> str:

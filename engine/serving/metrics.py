@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import accumulate
 
 from llmbench.engine.timing import StepRecord
@@ -44,6 +44,23 @@ class ServerMetrics:
         self.num_blocks = 1
         for gauge in (self.running, self.waiting, self.kv_blocks, self.kv_usage):
             gauge.labels(model)  # listed (at 0) from the start, not only once step records arrive
+        # the queue as the last step record saw it, read at each scrape through requests_now()
+        self._running, self._waiting = 0, 0
+        self._in_flight: Callable[[], int] = lambda: 0
+        self.running.labels(model).set_function(lambda: self.requests_now()[0])
+        self.waiting.labels(model).set_function(lambda: self.requests_now()[1])
+
+    def count_in_flight(self, in_flight: Callable[[], int]) -> None:
+        """in_flight: the engine requests the server has handed over and not yet seen finish."""
+        self._in_flight = in_flight
+
+    def requests_now(self) -> tuple[int, int]:
+        """(running, waiting): the last step record's, capped by the requests still in flight. Records
+        arrive every 0.5 s and none after the engine goes idle, so without the cap the last record of
+        a load (11 running, say) stayed on /metrics after every stream had ended."""
+        in_flight = self._in_flight()
+        running = min(self._running, in_flight)
+        return running, min(self._waiting, in_flight - running)
 
     def observe_steps(self, records: list[StepRecord]) -> None:
         model = self.model
@@ -53,8 +70,7 @@ class ServerMetrics:
             if not math.isnan(record.gpu_ms):
                 step_gpu.observe(record.gpu_ms)
         last = records[-1]
-        self.running.labels(model).set(last.num_running)
-        self.waiting.labels(model).set(last.num_waiting)
+        self._running, self._waiting = last.num_running, last.num_waiting
         self.kv_blocks.labels(model).set(last.num_blocks_used)
         self.kv_usage.labels(model).set(last.num_blocks_used / self.num_blocks)
 
