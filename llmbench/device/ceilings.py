@@ -63,9 +63,11 @@ def measure_ceilings(
 
 
 def _no_local_model(config: RunConfig) -> str | None:
-    """Why no model runs in this process on the run's device, or None: the ceilings, the bound and the
-    clock all need the bundled engine running a real model."""
-    if config.backend.type != "bundled":
+    """Why no engine step log of a model on this machine's run device comes back, or None: the bound
+    needs the steps of a real model and ceilings measured on its device, so the bundled engine or our
+    server started for the run (its steps come back over HTTP; the ceilings are measured here, on the
+    same device, while the server is idle)."""
+    if config.backend.type not in ("bundled", "server"):
         return f"backend.type {config.backend.type}: no engine step log"
     if config.model.executor == "null":
         return "model.executor null: no model runs, so its roofline does not apply"
@@ -111,7 +113,8 @@ def run_clocks(clocks: ClockSampler | None) -> dict[str, Any]:
 
 def run_ceilings(config: RunConfig, clocks: ClockSampler | None = None) -> dict[str, Any]:
     """The ceilings for a run's summary, or why it has no bound (`bound_unavailable`): the bound
-    needs the bundled engine's step log and a model that really runs. `clocks`: run_clock_sampler's."""
+    needs an engine step log (bundled, or our server's) and a model that really runs. `clocks`:
+    run_clock_sampler's."""
     reason = _no_local_model(config)
     if reason:
         return {"bound_unavailable": reason}

@@ -35,8 +35,8 @@ def test_cpu_ceilings_are_positive_finite_rates_with_their_method():
 def test_no_ceilings_where_the_bound_does_not_apply():
     null = run_ceilings(parse_config(NULL_RUN, []))
     assert null == {"bound_unavailable": "model.executor null: no model runs, so its roofline does not apply"}
-    served = run_ceilings(parse_config(NULL_RUN, ["backend.type=server"]))
-    assert served == {"bound_unavailable": "backend.type server: no engine step log"}
+    peer = run_ceilings(parse_config(NULL_RUN, ["backend.type=hf"]))
+    assert peer == {"bound_unavailable": "backend.type hf: no engine step log"}
 
 
 def test_a_tiny_model_run_writes_the_bound_beside_its_ceilings(tmp_path):
@@ -53,6 +53,16 @@ def test_a_tiny_model_run_writes_the_bound_beside_its_ceilings(tmp_path):
     assert steps["throughput_of_bound"] == pytest.approx(
         metrics["output_throughput"] / steps["bound_output_throughput"]
     )
+
+
+def test_a_run_through_our_server_has_the_bound_from_the_servers_step_log(tmp_path):
+    # the engine's steps come back over HTTP and the ceilings are measured in the runner's process on
+    # the same device: the bound table of a backend.type server run is filled, not "n/a"
+    result = run_benchmark(parse_config(NULL_RUN, [*TINY_MODEL, "backend.type=server"]), tmp_path / "r")
+    steps, metrics = result.summary["steps"], result.summary["metrics"]
+    assert "bound_unavailable" not in steps and steps["num_steps"] > 0
+    assert 0 < steps["bound_s"] < metrics["duration_s"]
+    assert 0 < steps["throughput_of_bound"] < 1
 
 
 def test_a_null_executor_run_says_why_it_has_no_bound(tmp_path):
