@@ -23,6 +23,7 @@ from llmbench.engine.gc_heap import freeze_heap
 from llmbench.engine.serving import inputs
 from llmbench.engine.serving.engine_loop import EngineDeadError, EngineLoop
 from llmbench.engine.serving.generation import ClientGone, Generation, RequestRejected
+from llmbench.engine.serving.large_requests import BodyLimit, default_max_body_bytes, off_the_loop
 from llmbench.engine.serving.metrics import ServerMetrics
 from llmbench.engine.serving.protocol import (
     ChatCompletionRequest,
@@ -49,7 +50,8 @@ CLIENT_CLOSED = 499  # nginx's status for a client that left before its response
 class ServerState:
     """What the routes share: the engine loop, the tokenizer, the metrics and the served model name."""
 
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, max_body_bytes: int | None = None):
+        """max_body_bytes: a larger request body is a 413 (None: room for max_model_len tokens)."""
         self.metrics = ServerMetrics(served_model_name(config))
         self.engine = EngineLoop(config, self.metrics.observe_steps)
         try:
@@ -60,6 +62,7 @@ class ServerState:
             raise
         self.model = self.metrics.model
         self.max_model_len = self.engine.executor.max_model_len
+        self.max_body_bytes = max_body_bytes or default_max_body_bytes(self.max_model_len)
         self.metrics.num_blocks = self.engine.executor.num_blocks
         self.metrics.count_in_flight(lambda: self.engine.num_in_flight)
 
@@ -77,6 +80,7 @@ def build_app(state: ServerState) -> FastAPI:
 
     app = FastAPI(title="llmbench serve", lifespan=lifespan)
     app.state.server = state
+    app.add_middleware(BodyLimit, max_bytes=state.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, e: RequestValidationError) -> JSONResponse:
@@ -124,26 +128,27 @@ def build_app(state: ServerState) -> FastAPI:
         return Response(msgspec.msgpack.encode(records), media_type="application/msgpack")
 
     @app.post("/tokenize")
-    async def tokenize(body: TokenizeRequest) -> Response:
+    async def tokenize(body: TokenizeRequest, request: Request) -> Response:
         if (body.prompt is None) == (body.messages is None):
             return _error("give either prompt or messages", 400)
         if body.messages is not None:
             try:
-                tokens = inputs.chat_prompt(body.messages, state.tokenizer)
+                tokens = await off_the_loop(request, inputs.chat_prompt, body.messages, state.tokenizer)
             except inputs.BadRequest as e:
                 return _error(str(e), 400)
         else:
-            tokens = state.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+            encode = state.tokenizer.encode
+            tokens = await off_the_loop(request, encode, body.prompt, body.add_special_tokens)
         return JSONResponse({"tokens": tokens, "count": len(tokens), "max_model_len": state.max_model_len})
 
     @app.post("/detokenize")
-    async def detokenize(body: DetokenizeRequest) -> Response:
+    async def detokenize(body: DetokenizeRequest, request: Request) -> Response:
         bad = [t for t in body.tokens if t >= state.tokenizer.vocab_size]
         if bad:
             return _error(
                 f"tokens: {bad[0]} is outside the vocabulary [0, {state.tokenizer.vocab_size})", 400
             )
-        return JSONResponse({"prompt": state.tokenizer.decode(body.tokens)})
+        return JSONResponse({"prompt": await off_the_loop(request, state.tokenizer.decode, body.tokens)})
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
@@ -161,14 +166,16 @@ async def _generate(
 ) -> Response:
     if body.model is not None and body.model != state.model:
         return _error(f"the model `{body.model}` does not exist (this server serves `{state.model}`)", 404)
-    vocab = state.tokenizer.vocab_size
+    vocab, tokenizer, max_model_len = state.tokenizer.vocab_size, state.tokenizer, state.max_model_len
     try:
         if chat:
-            prompts = [inputs.chat_prompt(body.messages, state.tokenizer)]
+            ids = await off_the_loop(request, inputs.chat_prompt, body.messages, tokenizer, max_model_len)
+            prompts = [ids]
             max_tokens = body.max_completion_tokens or body.max_tokens
         else:
-            prompts, max_tokens = inputs.completion_prompts(body, state.tokenizer), body.max_tokens
-        params = inputs.sampling_params(body, prompts, state.max_model_len, vocab, max_tokens)
+            prompts = await off_the_loop(request, inputs.completion_prompts, body, tokenizer, max_model_len)
+            max_tokens = body.max_tokens
+        params = inputs.sampling_params(body, prompts, max_model_len, vocab, max_tokens)
     except inputs.BadRequest as e:
         return _error(str(e), 400)
     prefix = "chatcmpl" if chat else "cmpl"
@@ -239,10 +246,12 @@ def make_server(app: FastAPI, log_level: str = "warning") -> uvicorn.Server:
     return StreamEndingServer(config, app.state.server.engine)
 
 
-def serve(config: EngineConfig, host: str = "127.0.0.1", port: int = 8000) -> None:
+def serve(
+    config: EngineConfig, host: str = "127.0.0.1", port: int = 8000, max_body_bytes: int | None = None
+) -> None:
     """Load the model, then serve until interrupted; ValueError for unusable model settings."""
     sock = bind_socket(host, port)
-    state = ServerState(config)
+    state = ServerState(config, max_body_bytes)
     # the server's own garbage collection over 512 streams of 256 tokens on the 2-core CPU: 0.8-1.0 s
     # (gen-2 collections of backlogged outputs, 40% of its CPU) -> 0.2 s (benchmarks/serving_cpu.py)
     freeze_heap()

@@ -7,22 +7,27 @@ from llmbench.engine.request import SamplingParams
 from llmbench.engine.serving.protocol import ChatMessage, CompletionRequest, SamplingRequest
 from llmbench.engine.serving.tokenizer import ChatTemplateError, TextTokenizer
 
+# a text longer than this many characters a token of max_model_len is first tokenized in part
+PREFIX_CHARS_PER_TOKEN = 8
+
 
 class BadRequest(ValueError):
     """The request cannot be served as asked: a 400 with this message."""
 
 
-def completion_prompts(body: CompletionRequest, tokenizer: TextTokenizer) -> list[list[int]]:
+def completion_prompts(
+    body: CompletionRequest, tokenizer: TextTokenizer, max_model_len: int
+) -> list[list[int]]:
     prompt = body.prompt
     texts = [prompt] if isinstance(prompt, str) else [p for p in prompt if isinstance(p, str)]
     if any(not text for text in texts):
         raise BadRequest("prompt: empty prompt")  # not a lone BOS token: an empty prompt is a client bug
-    if isinstance(prompt, str):
-        prompts = [tokenizer.encode(prompt)]
+    if texts:
+        prompts = encode_prompts(texts, tokenizer, max_model_len, "prompt")
     elif prompt and all(isinstance(p, int) for p in prompt):
         prompts = [list(prompt)]
     else:
-        prompts = [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompt]
+        prompts = [list(p) for p in prompt]
     if not prompts:
         raise BadRequest("prompt: empty list")
     for i, ids in enumerate(prompts):
@@ -30,14 +35,57 @@ def completion_prompts(body: CompletionRequest, tokenizer: TextTokenizer) -> lis
     return prompts
 
 
-def chat_prompt(messages: list[ChatMessage], tokenizer: TextTokenizer) -> list[int]:
+def chat_prompt(
+    messages: list[ChatMessage], tokenizer: TextTokenizer, max_model_len: int | None = None
+) -> list[int]:
+    """The conversation's prompt ids; max_model_len: refuse early one far past it (None: never)."""
     try:
         text = tokenizer.render_chat([{"role": m.role, "content": m.text()} for m in messages])
     except ChatTemplateError as e:
         raise BadRequest(f"messages: {e}") from None
-    ids = tokenizer.encode(text, add_special_tokens=False)  # the template writes its own BOS
+    if max_model_len is None:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+    else:  # the template writes its own BOS
+        ids = encode_prompts([text], tokenizer, max_model_len, "messages", add_special_tokens=False)[0]
     _check_ids(ids, tokenizer.vocab_size, "messages")
     return ids
+
+
+def encode_prompts(
+    texts: list[str],
+    tokenizer: TextTokenizer,
+    max_model_len: int,
+    where: str,
+    add_special_tokens: bool = True,
+) -> list[list[int]]:
+    """The texts' token ids, tokenized together (without the GIL when they are long); a BadRequest
+    for one past max_model_len, after tokenizing only a part of it when it is far past (a 50 MB
+    prompt took minutes to tokenize whole)."""
+    names = [where] if len(texts) == 1 else [f"{where}[{i}]" for i in range(len(texts))]
+    for text, name in zip(texts, names, strict=True):
+        _refuse_far_too_long(text, tokenizer, max_model_len, name, add_special_tokens)
+    prompts = tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
+    for ids, name in zip(prompts, names, strict=True):
+        if len(ids) >= max_model_len:
+            raise BadRequest(_too_long(name, len(ids), max_model_len))
+    return prompts
+
+
+def _refuse_far_too_long(
+    text: str, tokenizer: TextTokenizer, max_model_len: int, where: str, add_special_tokens: bool
+) -> None:
+    """A BadRequest when a prefix of the text has more than twice max_model_len tokens: a prefix's
+    tokens are the whole text's first tokens but for the word cut at its end. Each try doubles the
+    prefix, so a text that passes costs at most one more tokenization of itself."""
+    prefix = PREFIX_CHARS_PER_TOKEN * max_model_len
+    while len(text) > prefix:
+        count = len(tokenizer.encode(text[:prefix], add_special_tokens=add_special_tokens))
+        if count > 2 * max_model_len:
+            raise BadRequest(
+                f"{where}: its first {prefix:,} characters alone are {count:,} tokens, the model's "
+                f"maximum context length is {max_model_len}"
+            )
+        prefix *= 2
 
 
 def _check_ids(ids: list[int], vocab_size: int, where: str) -> None:
@@ -62,7 +110,7 @@ def sampling_params(
     _unsupported(body)
     longest = max(len(p) for p in prompts)
     if longest >= max_model_len:
-        raise BadRequest(f"prompt: {longest} tokens, the model's maximum context length is {max_model_len}")
+        raise BadRequest(_too_long("prompt", longest, max_model_len))
     if max_tokens is None:
         max_tokens = 16 if isinstance(body, CompletionRequest) else max_model_len - longest
     if longest + max_tokens > max_model_len:
@@ -105,3 +153,7 @@ def _unsupported(body: SamplingRequest) -> None:
             raise BadRequest("suffix: not supported")
     elif body.logprobs:
         raise BadRequest("logprobs: not supported")
+
+
+def _too_long(where: str, count: int, max_model_len: int) -> str:
+    return f"{where}: {count} tokens, the model's maximum context length is {max_model_len}"

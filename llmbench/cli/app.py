@@ -144,7 +144,7 @@ def serve(
 
     # a ValueError: unusable model settings; an OSError: the address is taken or not ours to bind
     with exit_codes((ValueError, OSError), f"{config.name}: ", interruptible=True):
-        serve_http(cfg.engine, host, port)
+        serve_http(cfg.engine, host, port, cfg.serve.max_body_bytes)
 
 
 for study in (ablate, sweep, capacity, calibrate, soak):

@@ -275,6 +275,15 @@ class HardwareConfig:
 
 
 @dataclass
+class ServeConfig:
+    """`llmbench serve` (and the server `backend.type: server` starts), beyond the engine's own toggles."""
+
+    # a request body past this many bytes is a 413 before it is read; null: 32 bytes a token of the
+    # model's max_model_len and 1 MiB more (engine/serving/large_requests.py)
+    max_body_bytes: int | None = bounded(None, ge=1024, le=1 << 40)
+
+
+@dataclass
 class RunConfig:
     name: str = "run"
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -285,6 +294,7 @@ class RunConfig:
     backend: BackendConfig = field(default_factory=BackendConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
     def __post_init__(self) -> None:
         # the name becomes a directory under runs/ (its slashes replaced): it must stay there and fit
