@@ -131,6 +131,10 @@ def capacity(
         int, typer.Option(min=1, help="Runs at each of the two loads bounding the answer")
     ] = 3,
     max_runs: Annotated[int, typer.Option(min=1, help="Most runs in all")] = 30,
+    seconds: Annotated[
+        float,
+        typer.Option(help="Rates: each probe offers its rate this long (0: the config's num_requests)"),
+    ] = 30.0,
     set_: SetOption = None,
     out: Annotated[Path | None, typer.Option(help="Directory (default: runs/NAME-capacity-TIME)")] = None,
     no_report: NoReportOption = False,
@@ -151,7 +155,7 @@ def capacity(
     setup_logging(verbose)
     if by not in ("rate", "concurrency"):
         raise usage_error(f"--by: expected rate or concurrency, got {by!r}")
-    options = CapacityOptions(by, target, start, lowest, highest, tolerance, repeats, max_runs)
+    options = CapacityOptions(by, target, start, lowest, highest, tolerance, repeats, max_runs, seconds)
     user_errors = (CapacityError, ConfigFileError, ConfigError, WorkloadError, RunDirError)
     failure = f"capacity search failed; runs measured so far are in {out or 'runs/'}"
     with (

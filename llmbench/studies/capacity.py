@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from llmbench.cli.console import RunProgress
 
 logger = logging.getLogger(__name__)
+
+
+MAX_PROBE_SECONDS = 86_400  # a day
 
 
 class CapacityError(ValueError):
@@ -46,6 +50,10 @@ class CapacityOptions:
     tolerance: float = 0.1  # rates: the answer's interval is at most this wide, relative to its bottom
     repeats: int = 3  # runs at each of the two loads that bound the answer
     max_runs: int = 30
+    # rates: every probe offers its rate this long (rate x seconds requests); 0 keeps the config's
+    # workload.num_requests. A fixed count is a burst at high rates: a few hundred requests sent within
+    # a second fit in one large batch and can all meet the SLOs of a server that sustains a fifth of it
+    seconds: float = 30.0
 
     def space(self, base: RunConfig) -> SearchSpace:
         integer = self.by == "concurrency"
@@ -60,6 +68,8 @@ class CapacityOptions:
                 f"--start, --lowest and --highest: expected {self.by} >= {floor:g} and <= {ceiling:,.0f}, "
                 f"got {start:g}, {lowest:g} and {highest:g}"
             )
+        if not 0 <= self.seconds <= MAX_PROBE_SECONDS:  # nan fails too
+            raise CapacityError(f"--seconds: expected 0 to {MAX_PROBE_SECONDS:,}, got {self.seconds:g}")
         if integer and any(v != int(v) for v in (start, lowest, highest)):
             raise CapacityError("--start, --lowest and --highest: concurrency takes whole numbers")
         if not 0 < lowest <= start <= highest:
@@ -99,7 +109,8 @@ def run_capacity(
         # every run draws its own prompts: a server that outlives the runs (backend openai) must not
         # find an earlier probe's prompts in its prefix cache
         seed = f"workload.seed={base.workload.seed + index}"
-        config = load_config(config_path, [*overrides, *_load_overrides(options.by, value, base), seed])
+        load = _load_overrides(options.by, value, base, options.seconds)
+        config = load_config(config_path, [*overrides, *load, seed])
         config.name = f"{base.name} @ {label} {'concurrent' if options.by == 'concurrency' else 'req/s'}"
         logger.info("%s %s, run %d", options.by, label, repeat + 1)
         run = run_point(config, config_path, out_dir / directory, progress, CapacityError)
@@ -152,7 +163,14 @@ def answer(search: SearchResult, target: float) -> dict[str, Any]:
     }
 
 
-def _load_overrides(by: str, value: float, base: RunConfig) -> list[str]:
+# the fewest requests a rate probe sends, so a low rate still gives a share worth judging
+MIN_PROBE_REQUESTS = 10
+
+
+def _load_overrides(by: str, value: float, base: RunConfig, seconds: float) -> list[str]:
     if by == "concurrency":
         return [f"workload.max_concurrency={int(value)}"]
-    return rate_overrides(value, base)
+    if not seconds:
+        return rate_overrides(value, base)
+    requests = min(MAX_REQUESTS, max(MIN_PROBE_REQUESTS, math.ceil(value * seconds)))
+    return [*rate_overrides(value, base), f"workload.num_requests={requests}"]

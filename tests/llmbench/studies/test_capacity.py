@@ -5,6 +5,7 @@ whatever the machine: the answer's failing bound lies at or below it. Everything
 against what the runs measured, not against timings."""
 
 import json
+import math
 
 import pytest
 import yaml
@@ -34,7 +35,10 @@ def search(tmp_path, config, *args):
     path = tmp_path / "knee.yaml"
     path.write_text(yaml.safe_dump(config))
     out = tmp_path / "search"
-    result = CliRunner().invoke(app, ["capacity", str(path), "--out", str(out), "--no-report", *args])
+    # 1.2 s a rate probe: 24 requests at 20 req/s, 192 at 160
+    seconds = [] if "--seconds" in args else ["--seconds", "1.2"]
+    command = ["capacity", str(path), "--out", str(out), "--no-report", *seconds, *args]
+    result = CliRunner().invoke(app, command)
     return result, out
 
 
@@ -91,6 +95,8 @@ def test_the_search_finds_the_knee_through_our_http_server(tmp_path):
         # float() reads 1e400 as inf: a probe past the config's rate bound, or int(inf) for concurrency
         ({}, ["--highest", "1e400"], "expected rate >= 0.001 and <= 1,000,000, got 20, 0.1 and inf"),
         ({}, ["--by", "concurrency", "--highest", "1e400"], "expected concurrency >= 1 and <= 1,000,000"),
+        ({}, ["--seconds", "-1"], "--seconds: expected 0 to 86,400, got -1"),
+        ({}, ["--seconds", "nan"], "--seconds: expected 0 to 86,400, got nan"),
     ],
 )
 def test_unusable_settings_are_one_line_and_exit_2(tmp_path, change, args, message):
@@ -99,6 +105,23 @@ def test_unusable_settings_are_one_line_and_exit_2(tmp_path, change, args, messa
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and message in line
     assert not out.exists()
+
+
+def test_a_rate_probe_offers_its_rate_for_the_given_seconds(tmp_path):
+    # a fixed count would make a high rate a burst that one batch absorbs; each probe's request count is
+    # its rate times --seconds (at least 10), and --seconds 0 keeps the config's count
+    args = ["--start", "20", "--max-runs", "3", "--repeats", "1"]
+    (tmp_path / "timed").mkdir()
+    (tmp_path / "fixed").mkdir()
+    _, out = search(tmp_path / "timed", NULL_DEVICE, *args, "--seconds", "2")
+    _, fixed = search(tmp_path / "fixed", NULL_DEVICE, *args, "--seconds", "0")
+    for directory, expected in ((out, lambda rate: max(10, math.ceil(rate * 2))), (fixed, lambda rate: 24)):
+        runs = json.loads((directory / "capacity.json").read_text())["runs"]
+        assert len(runs) == 3
+        for run in runs:
+            config = json.loads((directory / run["run_dir"] / "summary.json").read_text())["config"]
+            assert config["workload"]["num_requests"] == expected(run["value"])
+            assert run["metrics"]["completed"] + run["metrics"]["failed"] == expected(run["value"])
 
 
 def test_a_run_s_share_counts_failed_and_unstarted_requests_as_missing():
