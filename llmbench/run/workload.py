@@ -178,8 +178,10 @@ def _check_lengths(totals: list[int], info: ModelInfo) -> None:
     """Each request's prompt plus output tokens must fit the model's context."""
     too_long = [n for n in totals if n > info.max_model_len]
     if too_long:
+        many = len(too_long) > 1
         raise WorkloadError(
-            f"workload: {len(too_long)} requests need more than max_model_len={info.max_model_len} tokens "
+            f"workload: {len(too_long)} request{'s' * many} need{'s' * (not many)} more than "
+            f"max_model_len={info.max_model_len} tokens "
             f"(up to {max(too_long)}); lower the input/output lengths or raise engine.max_model_len"
         )
 

@@ -82,7 +82,7 @@ def test_a_huge_value_is_not_echoed_whole(null_config_file, tmp_path):
     [
         ("workload.num_requests=1000000000000", "expected an integer >= 1 and <= 1000000, got 1000000000000"),
         ("workload.input={dist: fixed, mean: 1e9}", "workload: 12 requests need more than max_model_len"),
-        ("workload.prefix={groups: 1, prefix_len: 1000000000}", "need more than max_model_len"),
+        ("workload.prefix={groups: 1, prefix_len: 1000000000}", "more than max_model_len"),
         ("name=../../etc", "name: expected a name without '..' or control characters"),
         ("name='a\x1bb'", "name: expected a name without '..' or control characters"),
         ("output.dir=results/../../x", "output.dir: expected a path without '..' or control characters"),
@@ -93,6 +93,14 @@ def test_values_that_would_escape_or_exhaust_are_one_line(null_config_file, tmp_
     result = invoke("run", null_config_file, "--set", override, "--out", tmp_path / "out")
     assert message in one_line_error(result, "run.yaml: ")
     assert not (tmp_path / "out").exists(), "no run directory is made for a run that cannot start"
+
+
+def test_one_request_too_long_is_counted_in_the_singular(null_config_file, tmp_path):
+    sets = ["workload.num_requests=1", "workload.warmup_requests=0"]
+    sets.append("workload.input={dist: fixed, mean: 1e9}")
+    args = [a for s in sets for a in ("--set", s)]
+    result = invoke("run", null_config_file, *args, "--out", tmp_path / "o")
+    assert "workload: 1 request needs more than max_model_len" in one_line_error(result, "run.yaml: ")
 
 
 def test_a_kernel_the_device_cannot_run_is_one_line(null_config_file, tmp_path):
