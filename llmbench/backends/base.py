@@ -41,6 +41,7 @@ class ServedOutput(RequestOutput):
 
     server_timestamps: dict[str, Any] | None = None
     http_phases: dict[str, float | None] | None = None  # the finished one's: openai_stream.HTTP_PHASES
+    submitted: float | None = None  # a stream's first, without tokens: when its loop meant it to start
 
 
 class Backend(Protocol):
@@ -51,10 +52,16 @@ class Backend(Protocol):
     # True when each output's t_emit is when it reached the client, on the runner's clock (an HTTP
     # stream's read, the hf streamer's decode step); the runner records that instead of its poll's time
     stamps_outputs: bool
+    # True when the backend keeps workload.max_concurrency itself (an HTTP client's one stream loop):
+    # the runner hands it requests ahead of a free slot, each with `due`, when the schedule has it
+    # start (perf_counter), and the backend's first output of each says when it started it
+    keeps_concurrency: bool
 
     def start(self, config: RunConfig) -> None: ...
 
-    def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None: ...
+    def submit(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, due: float | None = None
+    ) -> None: ...
 
     # outputs since the last poll (an in-process engine's: its step's StepOutputs); while_waiting, the
     # runner's bookkeeping, runs once while this one waits (in an in-process engine's step, once its

@@ -22,6 +22,7 @@ class BundledBackend:
     # the engine opens `llmbench profile`'s window around its own steps: a streamed multi-step window
     # takes several polls for one step
     profiles_own_steps = True
+    keeps_concurrency = False
 
     def start(self, config: RunConfig) -> None:
         if config.engine.process_split:

@@ -13,6 +13,7 @@ before its load (preflight.py, called by make_backend)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ POLL_WAIT_S = 0.001  # poll() waits this long for a chunk: short, so a due submi
 class OpenAIBackend:
     profiles_own_steps = True  # engine steps run in the server
     stamps_outputs = True
+    keeps_concurrency = False  # once connected: with one stream loop
 
     def start(self, config: RunConfig) -> None:
         self.connect(config, config.backend.url)
@@ -72,15 +74,27 @@ class OpenAIBackend:
             self._streams = RayWorkers(backend.workers, config.workload, settings, backend.ray_address)
             return
         workers = worker_count(backend.workers, config.workload)
-        self._streams = ThreadLoop(settings) if workers == 1 else WorkerPool(workers, settings)
         if workers > 1:
+            # the runner starts each stream, keeping the concurrency over all workers (one of them
+            # could not know when another's slot opens) and the order of submits
+            self._streams = WorkerPool(workers, settings)
             logger.info("streaming from %d worker processes", workers)
+            return
+        # one loop keeps the concurrency itself: it starts a closed loop's next request the moment a
+        # stream ends, without waiting for this thread (openai_loop.py)
+        self._streams = ThreadLoop(dataclasses.replace(settings, limit=config.workload.max_concurrency))
+        self.keeps_concurrency = True
 
-    def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def submit(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, due: float | None = None
+    ) -> None:
+        """`due`: when the stream may start (perf_counter; None: now); a loop that keeps the concurrency
+        starts it then or once a slot opens, and says which in the request's first output."""
         prompt = self._text.of_tokens(prompt_token_ids) if self._text else prompt_token_ids
         self._parsers[request_id] = StreamParser(request_id, self._form.chat)
         # serialized here, on the runner's thread: the stream loop only sends the bytes
-        self._streams.start(request_id, self._encode(self._form.body(prompt, params)))
+        body = self._encode(self._form.body(prompt, params))
+        self._streams.start(request_id, body, time.perf_counter() if due is None else due)
 
     def poll(self, while_waiting: Callable[[], object] | None = None) -> list[RequestOutput]:
         if while_waiting is not None:  # the streams run on their own loop meanwhile

@@ -6,8 +6,15 @@ waiting behind another stream's JSON.
 perf_counter is CLOCK_MONOTONIC on Linux, one clock for every process of the host: a worker process's
 stamps compare with the runner's submit times as they are.
 
-What reaches the sink, in order per request: (request_id, stamp, [send start, connected, request sent])
-once the response's headers are in (the stamp), then (request_id, stamp, bytes) for each read of the
+A loop given a limit keeps that many streams in flight and queues the rest: a request it is handed
+ahead starts the moment a stream ends, in the same turn of the loop, and its submit time (when it was
+meant to start: its due time, or when the slot it took opened, the later) is stamped there too. A
+closed loop's next request then never waits on another thread (the runner's, behind the GIL on a busy
+host), as a bare client's, which starts its next request in the task that ended the last, never does.
+
+What reaches the sink, in order per request: (request_id, send start, submit time) when the loop begins
+it, (request_id, stamp, [send start, connected, request sent]) once the response's headers are in (the
+stamp), then (request_id, stamp, bytes) for each read of the
 body, then (request_id, stamp, None) at its end, or (request_id, stamp, message) when it fails
 (connection error, HTTP error status, stall past workload.request_timeout_s). A LoopMonitor
 (loop_monitor.py) keeps the loop's lag and CPU use beside."""
@@ -16,8 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
@@ -41,6 +50,7 @@ class StreamSettings:
     headers: dict[str, str]
     connect_s: float
     stall_s: float | None  # no data this long fails a stream (None: wait forever)
+    limit: int | None = None  # the most streams in flight; more wait in the loop's queue (None: no limit)
 
 
 class StreamLoop:
@@ -49,7 +59,10 @@ class StreamLoop:
     def __init__(self, settings: StreamSettings, sink: Sink):
         self._settings = settings
         self._sink = sink
-        self._tasks: dict[str, asyncio.Task] = {}
+        self._limit = settings.limit
+        self._tasks: dict[str, asyncio.Task] = {}  # in flight: started, not yet ended
+        self._waiting: deque[tuple[str, bytes, float]] = deque()  # (id, body, due) for a free slot
+        self._slot_opened = -math.inf  # when a full window last opened a slot
         self._session = None
         self.monitor = LoopMonitor()
 
@@ -70,27 +83,65 @@ class StreamLoop:
         )
         self.monitor.open()
 
-    def start(self, request_id: str, body: bytes) -> None:
-        self._tasks[request_id] = asyncio.get_running_loop().create_task(self._stream(request_id, body))
+    def start(self, request_id: str, body: bytes, due: float) -> None:
+        """Stream `body` from `due` (perf_counter seconds, not later than now), once a slot is free."""
+        self._waiting.append((request_id, body, due))
+        self._admit()
 
     def cancel(self, request_id: str) -> None:
-        task = self._tasks.get(request_id)
+        task = self._tasks.pop(request_id, None)
         if task is not None:
             task.cancel()
+            self._freed()  # here: a task cancelled before it runs never reaches its end
+            self._admit()
+        else:  # still waiting for a slot, if anywhere
+            self._waiting = deque(w for w in self._waiting if w[0] != request_id)
 
     async def close(self) -> None:
+        self._waiting.clear()
         for task in list(self._tasks.values()):
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         await self._session.close()
         self.monitor.close()
 
-    async def _stream(self, request_id: str, body: bytes) -> None:
+    def _admit(self) -> None:
+        """Start what waits, in order, while the limit allows."""
+        loop = asyncio.get_running_loop()
+        while self._waiting and (self._limit is None or len(self._tasks) < self._limit):
+            request_id, body, due = self._waiting.popleft()
+            submit = max(due, self._slot_opened)
+            self._tasks[request_id] = loop.create_task(self._slot(request_id, body, submit))
+
+    def _freed(self) -> None:
+        """A stream has left: a full window's opened slot is the submit time of a request waiting."""
+        if self._limit is not None and len(self._tasks) == self._limit - 1:
+            self._slot_opened = perf_counter()
+
+    async def _slot(self, request_id: str, body: bytes, submit: float) -> None:
+        """A slot's streams, one after another in this task: its first, then one waiting whenever one
+        ends. As in a bare client, the next request begins in the task that ended the last, with no
+        turn of the loop between, in which the rest of a burst of reads (a server's tick for all its
+        streams) would go first."""
+        task = asyncio.current_task()
+        while True:
+            await self._stream(request_id, body, submit)
+            if self._tasks.pop(request_id, None) is None:
+                return  # cancelled, which freed the slot
+            self._freed()
+            if not self._waiting:
+                return
+            request_id, body, due = self._waiting.popleft()
+            submit = max(due, self._slot_opened)
+            self._tasks[request_id] = task
+
+    async def _stream(self, request_id: str, body: bytes, submit: float) -> None:
         import aiohttp
 
         sink = self._sink
         self.monitor.started()  # here, not in start(): a task cancelled before it runs never ends either
         phases = [perf_counter(), None, None]  # the trace hooks fill in connected and request sent
+        sink((request_id, phases[0], submit))
         try:
             post = self._session.post(self._settings.url, data=body, trace_request_ctx=phases)
             async with post as response:
@@ -115,7 +166,6 @@ class StreamLoop:
             logger.exception("request %s", request_id)
             self._fail(request_id, f"client error: {type(e).__name__}: {e}")
         finally:
-            self._tasks.pop(request_id, None)
             self.monitor.ended()
 
     def _fail(self, request_id: str, message: str) -> None:
@@ -124,21 +174,24 @@ class StreamLoop:
 
 class ThreadLoop:
     """backend.workers 1: the streams on a loop in a thread of the runner's process; what they read
-    waits in a queue until receive()."""
+    waits in a queue until receive(). Starts and cancels reach the loop together when receive() is
+    next called: a burst of submits crosses to the loop's thread once, and its streams begin in one
+    turn of the loop, not each after its own wait for the GIL."""
 
     def __init__(self, settings: StreamSettings):
         self._queue: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+        self._outbox: list[tuple] = []  # (method, args) for the loop, in order
         self._streams = StreamLoop(settings, self._queue.put)
         self._loop = new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="openai-client", daemon=True)
         self._thread.start()
         self._call(self._streams.open())
 
-    def start(self, request_id: str, body: bytes) -> None:
-        self._loop.call_soon_threadsafe(self._streams.start, request_id, body)
+    def start(self, request_id: str, body: bytes, due: float) -> None:
+        self._outbox.append((self._streams.start, (request_id, body, due)))
 
     def cancel(self, request_id: str) -> None:
-        self._loop.call_soon_threadsafe(self._streams.cancel, request_id)
+        self._outbox.append((self._streams.cancel, (request_id,)))
 
     def usage(self) -> list[dict]:
         """The loop's LoopMonitor figures, as the one worker's."""
@@ -149,6 +202,9 @@ class ThreadLoop:
 
     def receive(self, timeout: float) -> list[tuple]:
         """What arrived, waiting up to `timeout` seconds for the first of it."""
+        if self._outbox:
+            self._loop.call_soon_threadsafe(_run_all, self._outbox)
+            self._outbox = []
         try:
             items = [self._queue.get(timeout=timeout)]
         except queue.Empty:
@@ -158,6 +214,7 @@ class ThreadLoop:
         return items
 
     def close(self) -> None:
+        self._outbox.clear()  # streams not yet begun are not begun now
         self._call(self._streams.close())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
@@ -165,6 +222,11 @@ class ThreadLoop:
 
     def _call(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+
+def _run_all(calls: list[tuple]) -> None:
+    for method, args in calls:
+        method(*args)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

@@ -169,6 +169,9 @@ class RayWorkers(WorkerSet):
     def _alive(self, worker: int) -> bool:
         return worker in self._live
 
+    def _offset(self, worker: int) -> float:
+        return self._offsets[worker]
+
     def _read(self, timeout: float) -> list[tuple]:
         """Send the commands waiting, then what the workers read, on the driver's clock."""
         self._flush()
@@ -192,6 +195,8 @@ class RayWorkers(WorkerSet):
             for request_id, stamp, value in self._items(worker, data):
                 if isinstance(value, list):  # the request's HTTP phases, stamped too
                     value = [None if t is None else t + offset for t in value]
+                elif isinstance(value, float):  # its submit time
+                    value += offset
                 items.append((request_id, stamp + offset, value))
         return items
 

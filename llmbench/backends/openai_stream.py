@@ -166,8 +166,10 @@ class StreamParser:
 
     def take(self, stamp: float, data: bytes | str | None, wall_offset: float) -> list[ServedOutput]:
         """The outputs of one item from the loop: a read's bytes, the end (None) or a failure (its
-        message); `wall_offset` as StreamReader.finished takes it."""
+        message), or its start (its submit time); `wall_offset` as StreamReader.finished takes it."""
         try:
+            if isinstance(data, float):
+                return [ServedOutput(self.reader.request_id, [], t_emit=stamp, submitted=data)]
             if isinstance(data, bytes):
                 if self._phases[4] is None:
                     self._phases[4] = stamp

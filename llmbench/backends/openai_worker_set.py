@@ -2,7 +2,7 @@
 openai_workers.py; a Ray actor's calls, openai_ray.py): which worker streams each request, what they
 read merged into one list, and their LoopMonitor figures.
 
-Frames both ways: a 4-byte little-endian length, then msgpack. To a worker: ["start", id, body],
+Frames both ways: a 4-byte little-endian length, then msgpack. To a worker: ["start", id, body, due],
 ["cancel", id] or ["usage", ""]; the end of its commands stops it. From a worker: a list of (id, stamp,
 phases | bytes | message | None) as openai_loop describes, the first one empty, once it is ready; the
 answer to "usage" is ("", stamp, its LoopMonitor figures)."""
@@ -49,14 +49,14 @@ class WorkerSet(ABC):
         self._held: list[tuple] = []  # streams' items read while waiting for usage(), for receive()
         self._usage: list[dict | None] = [None] * count
 
-    def start(self, request_id: str, body: bytes) -> None:
+    def start(self, request_id: str, body: bytes, due: float) -> None:
         live = [i for i in range(len(self._streams)) if self._alive(i)]
         if not live:
             raise RuntimeError("every stream worker has failed")
         worker = min(live, key=lambda i: len(self._streams[i]))
         self._streams[worker].add(request_id)
         self._where[request_id] = worker
-        self._send(worker, ["start", request_id, body])
+        self._send(worker, ["start", request_id, body, due - self._offset(worker)])
 
     def cancel(self, request_id: str) -> None:
         worker = self._where.get(request_id)
@@ -105,6 +105,10 @@ class WorkerSet(ABC):
                 if worker is not None:
                     self._streams[worker].discard(request_id)
         return items
+
+    def _offset(self, worker: int) -> float:
+        """What moves `worker`'s perf_counter onto the runner's (a worker on another host has its own)."""
+        return 0.0
 
     @abstractmethod
     def _send(self, worker: int, message: list) -> None: ...

@@ -178,7 +178,7 @@ async def _serve(settings: StreamSettings, from_runner: int, to_runner) -> None:
         for payload in split_frames(commands):
             kind, request_id, *body = decode(payload)
             if kind == "start":
-                streams.start(request_id, body[0])
+                streams.start(request_id, *body)  # the request's body and its due time
             elif kind == "cancel":
                 streams.cancel(request_id)
             else:

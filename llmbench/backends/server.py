@@ -35,6 +35,7 @@ STEP_RECORDS_TIMEOUT_S = 30.0
 class ServerBackend:
     profiles_own_steps = True  # engine steps run in the server's processes
     stamps_outputs = True
+    keeps_concurrency = False  # its client's, once started
 
     def start(self, config: RunConfig) -> None:
         import httpx
@@ -68,9 +69,12 @@ class ServerBackend:
             self._stop()
             raise
         self.model_info = self._client.model_info
+        self.keeps_concurrency = self._client.keeps_concurrency
 
-    def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        self._client.submit(request_id, prompt_token_ids, params)
+    def submit(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, due: float | None = None
+    ) -> None:
+        self._client.submit(request_id, prompt_token_ids, params, due)
 
     def poll(self, while_waiting: Callable[[], object] | None = None) -> list[RequestOutput]:
         if self._process.poll() is not None and self._client.has_unfinished():

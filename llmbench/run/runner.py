@@ -196,6 +196,10 @@ def _run_phase(
     state: _RunState, requests: list[WorkloadRequest] | Sessions, trial: int, warmup: bool, label: str
 ) -> None:
     limit = state.config.workload.max_concurrency
+    # a backend that keeps the concurrency itself is handed as many again, so that its loop has the
+    # next request at hand when a stream ends: fixed lengths end a whole window's streams together
+    keeps = state.backend.keeps_concurrency
+    window = None if limit is None else 2 * limit if keeps else limit
     timeout = state.config.workload.request_timeout_s
     save_tokens = state.config.output.save_tokens
     max_error_rate = None if warmup else state.config.output.max_error_rate
@@ -221,15 +225,21 @@ def _run_phase(
     try:
         while pending or live:
             now = time.perf_counter()
+            handed = 0  # a window's worth a pass: the first window is sent before more are prepared
             while pending and now >= phase_start + pending[0].arrival_time:
-                if limit is not None and len(live) >= limit:
+                if window is not None and (len(live) >= window or handed >= limit):
                     break
+                handed += 1
                 request = pending.popleft()
-                # an in-process engine blocks this loop during a step; a request due meanwhile is
-                # stamped at its due time, as a server would have received it then
-                submit = max(phase_start + request.arrival_time, slot_opened)
+                due = phase_start + request.arrival_time
                 backend_id = f"{trial}:{request.request_id}"
-                live[backend_id] = _submit(state, backend_id, request, trial, warmup, submit)
+                if keeps:  # its submit time comes with its first output (not timed out before: inf)
+                    live[backend_id] = _submit(state, backend_id, request, trial, warmup, math.inf, due)
+                else:
+                    # an in-process engine blocks this loop during a step; a request due meanwhile is
+                    # stamped at its due time, as a server would have received it then
+                    submit = max(due, slot_opened)
+                    live[backend_id] = _submit(state, backend_id, request, trial, warmup, submit)
                 if sampled_phase:
                     state.samples.want(backend_id, request.prompt_token_ids, request.prompt)
             if not live:
@@ -272,11 +282,22 @@ def _run_phase(
 
 
 def _submit(
-    state: _RunState, backend_id: str, request: WorkloadRequest, trial: int, warmup: bool, submit_time: float
+    state: _RunState,
+    backend_id: str,
+    request: WorkloadRequest,
+    trial: int,
+    warmup: bool,
+    submit_time: float,
+    due: float | None = None,
 ) -> RequestRecord:
+    """`due`: for a backend that keeps the concurrency, when the schedule has the request start."""
     config = state.config
     record = new_record(request, trial, warmup, submit_time - state.run_start, config.output.save_tokens)
-    state.backend.submit(backend_id, request.prompt_token_ids, sampling_params(request, config.workload))
+    params = sampling_params(request, config.workload)
+    if due is None:
+        state.backend.submit(backend_id, request.prompt_token_ids, params)
+    else:
+        state.backend.submit(backend_id, request.prompt_token_ids, params, due)
     return record
 
 

@@ -36,7 +36,9 @@ def drive(backend, n, max_tokens=3):
         for output in backend.poll():
             outputs[output.request_id].append(output)
     assert not backend.has_unfinished()
-    return outputs
+    # each stream's first output, without tokens, says when its loop began it
+    assert all(got[0].submitted is not None and not got[0].new_token_ids for got in outputs.values())
+    return {request_id: got[1:] for request_id, got in outputs.items()}
 
 
 def connected(url, *overrides):
@@ -118,7 +120,7 @@ def test_abort_closes_the_stream_and_drops_its_chunks():
         backend = connected(server.url)
         try:
             backend.submit("a", [1, 2], SamplingParams(max_tokens=50))
-            while not backend.poll():
+            while not any(o.new_token_ids for o in backend.poll()):  # streaming
                 pass
             backend.abort("a")
             assert not backend.has_unfinished()

@@ -1,0 +1,83 @@
+"""One stream loop keeps the concurrency itself: in a closed loop it starts the next request the moment
+a stream ends, without the runner, and never has more in flight than the limit."""
+
+from __future__ import annotations
+
+import time
+
+from llmbench.backends.openai_loop import StreamSettings, ThreadLoop
+from llmbench.config.load import parse_config
+from llmbench.mock_server import MockServer, MockSettings
+from llmbench.run.records import load_requests
+from llmbench.run.runner import run_benchmark
+
+
+def most_in_flight(records) -> int:
+    """The most requests the mock held at once, from when it read each to its last write."""
+    events = sorted([(r.received, 1) for r in records] + [(r.sends[-1], -1) for r in records])
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_the_loop_starts_the_next_request_itself_when_a_stream_ends():
+    with MockServer(MockSettings(ttft_ms=0, itl_ms=2, output_tokens=4)) as mock:
+        streams = ThreadLoop(StreamSettings(mock.url + "/completions", {}, 30.0, None, limit=2))
+        try:
+            body = b'{"model": "mock", "prompt": [5, 6], "max_tokens": 4, "stream": true}'
+            due = time.perf_counter()
+            for i in range(6):
+                streams.start(str(i), body, due)
+            items = streams.receive(0.0)  # hands the six over; the runner's side then stays away
+            deadline = time.monotonic() + 30  # generous: a loaded 2-core host
+            while sum(1 for r in mock.records() if r.tokens == 4) < 6 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            served = mock.records()
+            while True:
+                more = streams.receive(0.1)
+                if not more:
+                    break
+                items += more
+        finally:
+            streams.close()
+    assert [r.tokens for r in served] == [4] * 6  # all six served while no one called receive()
+    assert most_in_flight(served) == 2
+    begun = {request_id: (stamp, submit) for request_id, stamp, submit in items if isinstance(submit, float)}
+    ended = {request_id: stamp for request_id, stamp, data in items if data is None}
+    assert set(begun) == set(ended) == {str(i) for i in range(6)}
+    for i in range(6):
+        send_start, submit = begun[str(i)]
+        assert submit <= send_start
+        if i < 2:
+            assert submit == due  # the first window: at its due time
+        else:  # a later one: when a stream that began before it ended, and the slot it took opened
+            assert any(ended[str(j)] <= submit for j in range(i))
+            assert submit > due
+
+
+def test_a_run_keeps_max_concurrency_and_stamps_each_submit_where_it_started(tmp_path):
+    run = {
+        "name": "closed-loop",
+        "model": {"preset": "tiny"},
+        "workload": {
+            "num_requests": 20,
+            "max_concurrency": 3,
+            "input": {"mean": 8},
+            "output": {"dist": "uniform", "min": 2, "max": 12},
+        },
+        "output": {"report": False},
+    }
+    with MockServer(MockSettings(ttft_ms=1, itl_ms=1, output_tokens=16)) as mock:
+        config = parse_config(run, ["backend.type=openai", f"backend.url={mock.url}"])
+        result = run_benchmark(config, tmp_path / "run")
+        served = [r for r in mock.records() if r.tokens > 1]  # not the preflight's one token
+    rows = load_requests(tmp_path / "run")
+    assert len(served) == len(rows) == 20 and all(r.finish_reason == "length" for r in rows)
+    assert most_in_flight(served) == 3
+    assert result.summary["client"]["max_in_flight"] == 3
+    # submit order is the workload's, each submit a time the loop stamped before its send began
+    by_submit = sorted(rows, key=lambda r: (r.submit_time, int(r.id)))
+    assert [r.id for r in by_submit] == [str(i) for i in range(20)]
+    assert all(r.submit_time <= r.send_start_time < r.first_token_time for r in rows)
