@@ -96,7 +96,7 @@ def test_a_run_records_the_clock_of_its_ceilings_gemm_and_of_its_timed_trials(tm
     clock_of = {"ceilings": (1500, 0x8), "warm-up": (1980, 0x0), "trial": (1785, 0x4), "between": (1785, 0x4)}
     sampler = ClockSampler(lambda: GpuSample(*clock_of[phase["now"]]), interval_s=0.001)
     monkeypatch.setattr(runner, "run_clock_sampler", lambda config: sampler)
-    run_phase = runner._run_phase
+    run_phase = runner.run_phase
 
     def tagged_phase(state, requests, trial, warmup, label):
         phase["now"] = "warm-up" if warmup else "trial"
@@ -105,7 +105,7 @@ def test_a_run_records_the_clock_of_its_ceilings_gemm_and_of_its_timed_trials(tm
         finally:
             phase["now"] = "between"
 
-    monkeypatch.setattr(runner, "_run_phase", tagged_phase)
+    monkeypatch.setattr(runner, "run_phase", tagged_phase)
     config = parse_config(NULL_RUN, [*TINY_MODEL, "workload.warmup_requests=2", "workload.num_requests=4"])
     steps = run_benchmark(config, tmp_path / "r", repeat=2).summary["steps"]
     assert steps["ceiling_gemm_clock"] == {
