@@ -197,10 +197,17 @@ def calibrate(
     setup_logging(verbose)
     options = CalibrateOptions(ttft_ms, itl_ms, max_streams)
     user_errors = (ConfigFileError, ConfigError, WorkloadError, RunDirError, ValueError)
-    with exit_codes(user_errors, failure="calibration failed", interruptible=True), RunProgress() as progress:
+    with (
+        exit_codes(user_errors, failure="calibration failed", interruptible=True),
+        sigterm_interrupts(),
+        RunProgress() as progress,
+    ):
         result = run_calibrate(config, set_ or [], options, out, progress)
-    print_wide(calibrate_table(result.data))
+    if "fidelity" in result.data:  # an interrupt during the first run leaves no figure to show
+        print_wide(calibrate_table(result.data))
     console.print(f"results: {result.out_dir / 'calibrate.json'}", highlight=False)
+    if result.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
 
 
 def _show_study(table: Table, result: StudyResult, no_report: bool) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shlex
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,10 @@ class CalibrateOptions:
     ttft_ms: float = 50.0  # the fidelity mock's
     itl_ms: float = 10.0
     max_streams: int = 512  # the capacity ladder's top
+
+
+class _Interrupted(Exception):
+    """A run was cut short by Ctrl-C or SIGTERM: the calibration stops, keeping what it measured."""
 
 
 def run_calibrate(
@@ -68,10 +73,23 @@ def run_calibrate(
             config = load_config(
                 config_path, [*overrides, *mock_sets, "telemetry.server_metrics=false", *load]
             )
-            summary, sent = _judged_run(config, out_dir / name, mock, progress)
+            summary, sent, interrupted = _judged_run(config, out_dir / name, mock, progress)
         data["runs"] = [*data.get("runs", []), name]
+        if interrupted:
+            data["stop_reason"] = f"interrupted during {name}"
+            write_json(out_dir / "calibrate.json", data)
+            raise _Interrupted
         return summary, load_requests(out_dir / name), sent
 
+    try:
+        _calibrate(options, data, out_dir, run)
+    except _Interrupted:
+        result.interrupted = True
+    return result
+
+
+def _calibrate(options: CalibrateOptions, data: dict[str, Any], out_dir: Path, run: Callable) -> None:
+    """The error at the config's load, then the ladder of streams until a run is client-limited."""
     fidelity = MockSettings(ttft_ms=options.ttft_ms, itl_ms=options.itl_ms, output_tokens=MOCK_MAX_TOKENS)
     summary, rows, sent = run(fidelity, "fidelity", [])
     data["fidelity"] = fidelity_error(rows, sent) | {"client": summary["client"]}
@@ -102,7 +120,6 @@ def run_calibrate(
     data["load_average_1m"] = os.getloadavg()[0]
     data["complete"] = True
     write_json(out_dir / "calibrate.json", data)
-    return result
 
 
 def _ladder_load(streams: int) -> list[str]:
@@ -120,9 +137,9 @@ def _ladder_load(streams: int) -> list[str]:
     ]
 
 
-def _judged_run(config, run_dir: Path, mock: MockServer, progress) -> tuple[dict, list[StreamRecord]]:
-    """The run's summary, and what the mock sent for its timed requests (not the preflight's request
-    or the warm-up's, which come first)."""
+def _judged_run(config, run_dir: Path, mock: MockServer, progress) -> tuple[dict, list[StreamRecord], bool]:
+    """The run's summary, what the mock sent for its timed requests (not the preflight's request or the
+    warm-up's, which come first), and whether the run was interrupted."""
     from llmbench.backends.factory import make_backend
     from llmbench.run.runner import run_benchmark
 
@@ -131,7 +148,7 @@ def _judged_run(config, run_dir: Path, mock: MockServer, progress) -> tuple[dict
     run = run_benchmark(config, run_dir, backend=backend, progress=progress, replace=True)
     warmup = config.workload.warmup_requests
     sent = sorted(mock.records(), key=lambda r: r.received)[warmup:]
-    return run.summary, sent
+    return run.summary, sent, run.interrupted
 
 
 def fidelity_error(rows: list[RequestRecord], sent: list[StreamRecord]) -> dict[str, float | int | None]:

@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import yaml
 from typer.testing import CliRunner
@@ -57,3 +63,32 @@ def test_a_config_error_is_one_line_and_exit_2(tmp_path):
     result = CliRunner().invoke(app, ["calibrate", str(config), "--set", "backend.client_lag_bound_ms=-1"])
     assert result.exit_code == 2
     assert "client_lag_bound_ms" in result.output
+
+
+def test_sigterm_stops_the_calibration_with_what_it_measured(tmp_path):
+    """SIGTERM (a CI runner's, a scheduler's) mid-run stops the calibration as Ctrl-C does: no further
+    run starts, calibrate.json says where it stopped, exit 130."""
+    config = tmp_path / "calib.yaml"
+    slow = {**CONFIG["workload"], "num_requests": 200, "max_concurrency": 2}
+    config.write_text(yaml.safe_dump({**CONFIG, "workload": slow}))
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "llmbench", "calibrate", str(config), "--itl-ms", "50"]
+    command += ["--out", str(out)]
+    repo = Path(__file__).parents[3]
+    calibrate = subprocess.Popen(command, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        rows = out / "fidelity" / "requests.jsonl"
+        deadline = time.monotonic() + 120  # the interpreter and the mock start first on a loaded host
+        while not (rows.exists() and rows.stat().st_size):
+            assert time.monotonic() < deadline and calibrate.poll() is None, "no request finished"
+            time.sleep(0.2)
+        os.kill(calibrate.pid, signal.SIGTERM)
+        assert calibrate.wait(60) == 130
+    finally:
+        if calibrate.poll() is None:
+            calibrate.kill()
+    data = json.loads((out / "calibrate.json").read_text())
+    assert data["runs"] == ["fidelity"] and not data["complete"]
+    assert data["stop_reason"] == "interrupted during fidelity"
+    summary = json.loads((out / "fidelity" / "summary.json").read_text())
+    assert summary["complete"] is False and "SIGTERM" in summary["stop_reason"]
