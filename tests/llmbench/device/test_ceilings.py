@@ -71,7 +71,7 @@ def test_a_null_executor_run_says_why_it_has_no_bound(tmp_path):
     assert steps["bound_unavailable"].startswith("model.executor null")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_gpu_ceilings_are_timed_with_cuda_events_and_give_the_memory_back():
     reserved = torch.cuda.memory_reserved()
     c = measure_ceilings(torch.device("cuda"), torch.bfloat16)

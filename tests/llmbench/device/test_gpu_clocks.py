@@ -67,7 +67,7 @@ def test_a_cpu_has_no_clock_sampler():
     assert device_sampler(torch.device("cpu")) is None
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU and its driver")
+@pytest.mark.gpu
 def test_reader_reads_a_running_clock_on_a_gpu():
     read = nvml_reader(torch.device("cuda"))
     assert read is not None
