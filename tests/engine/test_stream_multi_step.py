@@ -14,7 +14,7 @@ from llmbench.run.records import load_requests
 from llmbench.run.runner import run_benchmark
 from tests.engine.helpers import model_engine, run_to_completion
 from tests.engine.hf_reference import GREEDY, engine_for, make_prompts
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 MODES = {
     "async-scheduling": {"async_scheduling": True},

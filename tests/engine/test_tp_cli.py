@@ -18,7 +18,7 @@ from llmbench.cli import app
 from llmbench.run.result_files import load_steps
 from llmbench.run.summary import load_summary
 from tests.engine.helpers import wait_gone
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 TP_RUN = {
     **NULL_RUN,

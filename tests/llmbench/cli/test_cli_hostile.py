@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 BINARY = bytes(range(128, 256)) * 16  # not UTF-8 anywhere: 0x80 cannot start a character
 

@@ -24,7 +24,7 @@ from llmbench.config.load import parse_config
 from llmbench.config.schema import RunConfig
 from llmbench.run.workload import shared_prefixes
 from tests.llmbench.cli.test_cli_hostile import invoke, one_line_error
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 HUGE = 10**30  # past every bound; an int that C code (struct, torch, time_t) cannot hold
 

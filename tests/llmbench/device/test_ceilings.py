@@ -10,7 +10,7 @@ import torch
 from llmbench.config.load import parse_config
 from llmbench.device.ceilings import measure_ceilings, run_ceilings
 from llmbench.run.runner import run_benchmark
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 TINY_MODEL = [
     'model.executor="model"',

@@ -175,7 +175,7 @@ def test_the_run_s_sampler_gives_energy_per_trial_and_joules_per_token(fake_gpu,
 
 def test_a_cpu_run_has_the_power_keys_null_with_the_reason(tmp_path):
     from llmbench.run.runner import run_benchmark
-    from tests.llmbench.conftest import NULL_RUN
+    from tests.llmbench.null_run import NULL_RUN
 
     steps = run_benchmark(parse_config(NULL_RUN), tmp_path / "run").summary["steps"]
     assert all(steps[key] is None for key in POWER_KEYS)

@@ -75,7 +75,7 @@ def test_step_metrics_get_trials_from_steps_csv(tmp_path):
 def null_run(path: Path, *overrides: str) -> Path:
     from llmbench.config.load import parse_config
     from llmbench.run.runner import run_benchmark
-    from tests.llmbench.conftest import NULL_RUN
+    from tests.llmbench.null_run import NULL_RUN
 
     run_benchmark(parse_config(NULL_RUN, list(overrides)), path)
     return path

@@ -28,7 +28,7 @@ from llmbench.gate.perf_gate import (
     side_costs,
     step_cpu_ms,
 )
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 ROOT = Path(__file__).parents[3]
 GATE = ROOT / "scripts" / "perf_gate.sh"

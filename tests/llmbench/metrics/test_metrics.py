@@ -78,7 +78,7 @@ def test_runner_records_when_each_request_ended(tmp_path):
     from llmbench.config.load import parse_config
     from llmbench.run.records import load_requests
     from llmbench.run.runner import run_benchmark
-    from tests.llmbench.conftest import NULL_RUN
+    from tests.llmbench.null_run import NULL_RUN
 
     # 300 tokens take longer than 5 ms: requests are aborted, and the run lasts until the last abort
     long_outputs = ["workload.output={dist: fixed, mean: 300}", "workload.request_timeout_s=0.005"]

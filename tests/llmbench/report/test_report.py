@@ -13,7 +13,7 @@ from llmbench.report import ReportError, default_report_dir, sections, write_rep
 from llmbench.report.charts import chart
 from llmbench.report.format import number
 from llmbench.report.load import load_run
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 from tests.llmbench.run_dirs import chart_specs, make_run_dir, visible
 
 EMBEDDED = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')

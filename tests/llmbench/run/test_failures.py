@@ -20,7 +20,7 @@ from llmbench.run.records import load_requests
 from llmbench.run.result_files import load_steps
 from llmbench.run.runner import run_benchmark
 from llmbench.run.summary import load_summary
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 # 2 blocks of 16 tokens: any request needing more than 33 tokens is rejected by the engine
 SMALL_POOL = ["engine.num_gpu_blocks=2", "engine.block_size=16"]

@@ -14,7 +14,7 @@ from llmbench.config.schema import ArrivalConfig, RampUpConfig
 from llmbench.run.ramp import cumulative, offered_rate
 from llmbench.run.runner import run_benchmark
 from llmbench.run.workload import arrival_times
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 
 def constant(strategy, start_rate=2.0, rate=10.0, duration_s=4.0):

@@ -57,7 +57,7 @@ def run_dir(tmp_path_factory, null_config_file_module):
 def null_config_file_module(tmp_path_factory):
     import yaml
 
-    from tests.llmbench.conftest import NULL_RUN
+    from tests.llmbench.null_run import NULL_RUN
 
     path = tmp_path_factory.mktemp("cfg") / "run.yaml"
     path.write_text(yaml.safe_dump({**NULL_RUN, "slo": {"ttft_ms": 1000}}))

@@ -18,7 +18,7 @@ from llmbench.run.records import load_requests
 from llmbench.run.result_files import load_steps
 from llmbench.run.runner import run_benchmark
 from llmbench.run.summary import load_summary
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 
 class HookedBackend(BundledBackend):

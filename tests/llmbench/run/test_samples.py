@@ -11,7 +11,7 @@ from llmbench.cli.app import app
 from llmbench.config.load import parse_config
 from llmbench.report import write_report
 from llmbench.run.samples import SAMPLE_REQUESTS, SampleCatcher, shorten, shorten_prompt
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 
 def test_the_first_requests_are_caught_as_they_finish():

@@ -8,7 +8,7 @@ from llmbench.backends.bundled import BundledBackend
 from llmbench.config.load import parse_config
 from llmbench.run.records import load_requests
 from llmbench.run.runner import run_benchmark
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 SAMPLED = ["workload.temperature=0.8", "workload.top_p=0.95", "workload.top_k=40"]
 

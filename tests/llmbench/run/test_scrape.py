@@ -13,7 +13,7 @@ from llmbench.report import write_report
 from llmbench.run.runner import run_benchmark
 from llmbench.run.scrape import MetricsScraper, metrics_url
 from tests.engine.serving.servers import RunningServer
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 
 @pytest.fixture

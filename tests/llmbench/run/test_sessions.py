@@ -17,7 +17,7 @@ from llmbench.run.runner import run_benchmark
 from llmbench.run.session_plan import plan_sessions
 from llmbench.run.sessions import Session, Sessions, Turn
 from llmbench.run.workload import WorkloadError, arrival_times
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 INFO = ModelInfo(vocab_size=512, eos_token_id=2, max_model_len=2048, special_token_ids=(1, 2))
 

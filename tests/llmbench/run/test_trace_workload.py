@@ -15,7 +15,7 @@ from llmbench.config.load import parse_config
 from llmbench.run.plan import build_workload
 from llmbench.run.runner import run_benchmark
 from llmbench.run.workload import WorkloadError
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 INFO = ModelInfo(vocab_size=512, eos_token_id=2, max_model_len=2048, special_token_ids=(1, 2))
 ROWS = [

@@ -16,7 +16,7 @@ from llmbench.studies.ablation import (
     parse_order,
     plan,
 )
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 
 def test_order_names_are_checked():

@@ -8,7 +8,7 @@ from llmbench.cli import app
 from llmbench.config.load import parse_config
 from llmbench.run.summary import load_summary
 from llmbench.studies.sweep import SweepError, parse_rates, rate_overrides
-from tests.llmbench.conftest import NULL_RUN
+from tests.llmbench.null_run import NULL_RUN
 
 
 def test_rates_are_parsed_sorted_and_checked():
