@@ -59,6 +59,8 @@ class Backend(Protocol):
 
     def start(self, config: RunConfig) -> None: ...
 
+    # due (perf_counter): when the request counts as submitted; an HTTP client's stream reports it back
+    # as the request's submit time (None, a direct caller's: now); an in-process engine ignores it
     def submit(
         self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, due: float | None = None
     ) -> None: ...

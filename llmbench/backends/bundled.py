@@ -31,7 +31,10 @@ class BundledBackend:
             self.engine = LLMEngine(config.engine, window_from_env())
         self.model_info = ModelInfo.from_shape(self.engine.executor.shape, self.engine.executor.max_model_len)
 
-    def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def submit(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, due: float | None = None
+    ) -> None:
+        # the engine's own records time the request from here; the runner's record keeps `due`
         self.engine.add_request(request_id, prompt_token_ids, params)
 
     def poll(self, while_waiting: Callable[[], object] | None = None) -> Iterable[RequestOutput]:

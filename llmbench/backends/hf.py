@@ -75,7 +75,9 @@ class HFBackend:
         self._worker = threading.Thread(target=self._serve, name="hf-generate", daemon=True)
         self._worker.start()
 
-    def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def submit(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, due: float | None = None
+    ) -> None:
         self._live[request_id] += 1
         problem = self._problem(prompt_token_ids, params)
         if problem is not None:

@@ -97,7 +97,7 @@ def run_phase(
                     # an in-process engine blocks this loop during a step; a request due meanwhile is
                     # stamped at its due time, as a server would have received it then
                     submit = max(due, slot_opened)
-                    live[backend_id] = _submit(state, backend_id, request, trial, warmup, submit)
+                    live[backend_id] = _submit(state, backend_id, request, trial, warmup, submit, submit)
                 if sampled_phase:
                     state.samples.want(backend_id, request.prompt_token_ids, request.prompt)
             if not live:
@@ -146,16 +146,14 @@ def _submit(
     trial: int,
     warmup: bool,
     submit_time: float,
-    due: float | None = None,
+    due: float,
 ) -> RequestRecord:
-    """`due`: for a backend that keeps the concurrency, when the schedule has the request start."""
+    """`due`: when the request counts as submitted; a backend that keeps the concurrency starts it
+    then or once a slot opens, and its first output says which (submit_time is inf until then)."""
     config = state.config
     record = new_record(request, trial, warmup, submit_time - state.run_start, config.output.save_tokens)
     params = sampling_params(request, config.workload)
-    if due is None:
-        state.backend.submit(backend_id, request.prompt_token_ids, params)
-    else:
-        state.backend.submit(backend_id, request.prompt_token_ids, params, due)
+    state.backend.submit(backend_id, request.prompt_token_ids, params, due)
     return record
 
 

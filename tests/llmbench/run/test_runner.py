@@ -29,10 +29,10 @@ class HookedBackend(BundledBackend):
         self.after, self.exc = after, exc
         self.finished = self.in_flight = self.max_in_flight = 0
 
-    def submit(self, request_id, prompt_token_ids, params):
+    def submit(self, request_id, prompt_token_ids, params, due=None):
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        super().submit(request_id, prompt_token_ids, params)
+        super().submit(request_id, prompt_token_ids, params, due)
 
     def poll(self, while_waiting=None):
         if self.after is not None and self.finished >= self.after:

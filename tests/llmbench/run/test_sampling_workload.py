@@ -17,9 +17,9 @@ class Recording(BundledBackend):
     def __init__(self):
         self.params = []
 
-    def submit(self, request_id, prompt_token_ids, params):
+    def submit(self, request_id, prompt_token_ids, params, due=None):
         self.params.append(params)
-        super().submit(request_id, prompt_token_ids, params)
+        super().submit(request_id, prompt_token_ids, params, due)
 
 
 def test_sampling_settings_reach_every_request(tmp_path):
