@@ -36,15 +36,17 @@ class SampleCatcher:
             self._prompts[backend_id] = (list(prompt_token_ids), prompt)
 
     def look(self, outputs: Iterable[RequestOutput]) -> None:
-        """One poll's outputs: a finished sample's tokens are kept (plain decodes never finish one)."""
+        """One poll's outputs: a finished sample's tokens are kept (plain decodes never finish one).
+        One finished without tokens (an HTTP stream's, a failure) is kept too, empty, so `waiting` ends
+        and the runner stops looking at every later poll's outputs."""
         for output in outputs.outputs if isinstance(outputs, StepOutputs) else outputs:
-            if output.finished and output.request_id in self._prompts and output.token_ids:
+            if output.finished and output.request_id in self._prompts:
                 self._outputs[output.request_id] = list(output.token_ids)
 
     def texts(self, config: RunConfig) -> list[dict[str, Any]]:
         """summary.json's `samples`: prompt and completion of each sample, shortened; [] without a
         tokenizer of the model's own or tokens."""
-        if not self._outputs or not has_own_tokenizer(config):
+        if not any(self._outputs.values()) or not has_own_tokenizer(config):
             return []
         from llmbench.engine.models.source import model_shape
         from llmbench.engine.serving.tokenizer import load_tokenizer
@@ -55,9 +57,9 @@ class SampleCatcher:
             return []
         samples = []
         for backend_id, (prompt_ids, prompt) in self._prompts.items():
-            if backend_id not in self._outputs:
+            output = self._outputs.get(backend_id)
+            if not output:
                 continue
-            output = self._outputs[backend_id]
             samples.append(
                 {
                     "request": backend_id,

@@ -30,6 +30,18 @@ def test_the_first_requests_are_caught_as_they_finish():
     assert catcher._outputs == {"0:0": [8, 9], "0:1": [3], "0:2": [4, 4]}
 
 
+def test_samples_finished_without_tokens_end_the_wait_and_give_no_text():
+    # an HTTP stream's finished output carries no token ids: once the samples have finished, the
+    # runner stops handing every later poll's outputs to look()
+    catcher = SampleCatcher()
+    for i in range(SAMPLE_REQUESTS):
+        catcher.want(f"0:{i}", [5, 6, 7], None)
+    catcher.look([RequestOutput(f"0:{i}", [9], True) for i in range(SAMPLE_REQUESTS)])
+    assert not catcher.waiting
+    config = parse_config(NULL_RUN, ["model.tokenizer=tokenizer.json"])
+    assert catcher.texts(config) == []
+
+
 def test_a_preset_with_random_weights_has_no_samples():
     catcher = SampleCatcher()
     catcher.want("0:0", [5], None)
