@@ -73,13 +73,13 @@ def run_calibrate(
             config = load_config(
                 config_path, [*overrides, *mock_sets, "telemetry.server_metrics=false", *load]
             )
-            summary, sent, interrupted = _judged_run(config, out_dir / name, mock, progress)
+            summary, rows, sent, interrupted = _judged_run(config, out_dir / name, mock, progress)
         data["runs"] = [*data.get("runs", []), name]
         if interrupted:
             data["stop_reason"] = f"interrupted during {name}"
             write_json(out_dir / "calibrate.json", data)
             raise _Interrupted
-        return summary, load_requests(out_dir / name), sent
+        return summary, rows, sent
 
     try:
         _calibrate(options, data, out_dir, run)
@@ -137,18 +137,22 @@ def _ladder_load(streams: int) -> list[str]:
     ]
 
 
-def _judged_run(config, run_dir: Path, mock: MockServer, progress) -> tuple[dict, list[StreamRecord], bool]:
-    """The run's summary, what the mock sent for its timed requests (not the preflight's request or the
-    warm-up's, which come first), and whether the run was interrupted."""
+def _judged_run(
+    config, run_dir: Path, mock: MockServer, progress
+) -> tuple[dict, list[RequestRecord], list[StreamRecord], bool]:
+    """The run's summary and rows, what the mock sent for its timed requests (not the preflight's
+    request or the warm-up's, which come first: as many as the warm-up rows, a session's turns each),
+    and whether the run was interrupted."""
     from llmbench.backends.factory import make_backend
     from llmbench.run.runner import run_benchmark
 
     backend = make_backend(config)
     mock.records(reset=True)  # the preflight's request
     run = run_benchmark(config, run_dir, backend=backend, progress=progress, replace=True)
-    warmup = config.workload.warmup_requests
+    rows = load_requests(run_dir)
+    warmup = sum(row.warmup for row in rows)
     sent = sorted(mock.records(), key=lambda r: r.received)[warmup:]
-    return run.summary, sent, run.interrupted
+    return run.summary, rows, sent, run.interrupted
 
 
 def fidelity_error(rows: list[RequestRecord], sent: list[StreamRecord]) -> dict[str, float | int | None]:

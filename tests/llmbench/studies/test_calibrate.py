@@ -92,3 +92,20 @@ def test_sigterm_stops_the_calibration_with_what_it_measured(tmp_path):
     assert data["stop_reason"] == "interrupted during fidelity"
     summary = json.loads((out / "fidelity" / "summary.json").read_text())
     assert summary["complete"] is False and "SIGTERM" in summary["stop_reason"]
+
+
+def test_the_mock_side_leaves_out_every_warm_up_turn_of_a_multi_turn_workload(tmp_path):
+    # a warm-up session sends one request a turn: the mock's records of the timed requests start after
+    # as many records as there are warm-up rows, not warmup_requests
+    from llmbench.config.load import parse_config
+    from llmbench.mock_server import MockServer, MockSettings
+    from llmbench.studies.calibrate import _judged_run
+
+    with MockServer(MockSettings(ttft_ms=1, itl_ms=1, output_tokens=4)) as mock:
+        sets = ["backend.type=openai", f"backend.url={mock.url}", "backend.model=mock"]
+        sets += ["telemetry.server_metrics=false", "workload.session.turns=2", "workload.num_requests=3"]
+        config = parse_config(CONFIG, sets)
+        _, rows, sent, _ = _judged_run(config, tmp_path / "run", mock, None)
+    timed = [r for r in rows if not r.warmup]
+    assert sum(r.warmup for r in rows) == 4 and len(timed) == 6  # 2 and 3 sessions of 2 turns
+    assert len(sent) == len(timed)
