@@ -78,7 +78,6 @@ poisson32() {
                 --set workload.arrival.rate=32 --out "$dir/${side%%:*}_$k" | tail -4
         done
     done
-    stop_servers
     python benchmarks/ab_summaries.py "$dir" "$dir/poisson32.json"
 }
 
@@ -87,7 +86,6 @@ capacity() {
     "${llmbench[@]}" capacity "${sharegpt[@]}" "${client[@]}" --set backend.url=http://127.0.0.1:8002/v1 \
         --set engine.max_model_len=2048 --set workload.arrival.process=poisson --start 16 --seconds 30 \
         --repeats 2 --max-runs 10 --out "$out/capacity" | tail -20
-    stop_servers
 }
 
 multiturn() {
@@ -102,7 +100,6 @@ multiturn() {
                 --out "$dir/${side%%:*}_$k" | tail -4
         done
     done
-    stop_servers
     python benchmarks/ab_summaries.py "$dir" "$dir/multiturn.json"
 }
 
@@ -120,6 +117,7 @@ for section in "$@"; do
             mkdir -p "$out/$section"
             echo "$section: start ($(date +%T))"
             "$section"
+            stop_servers  # also after a section whose server failed to start: none outlives it
             pack "$section"
             ;;
         *) echo "error: unknown section $section (poisson32 capacity multiturn energy)" >&2; exit 2 ;;
