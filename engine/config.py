@@ -39,6 +39,13 @@ def bounded(
     return field(**kept, metadata={"gt": gt, "ge": ge, "le": le})
 
 
+def finite(number: float) -> bool:
+    try:
+        return math.isfinite(number)
+    except OverflowError:  # an integer beyond the float range
+        return False
+
+
 def within(value: float, bounds: Any) -> bool:
     gt, ge, le = bounds.get("gt"), bounds.get("ge"), bounds.get("le")
     return (gt is None or value > gt) and (ge is None or value >= ge) and (le is None or value <= le)
@@ -67,7 +74,7 @@ def check_bounds(config: Any) -> None:
         noun = "an integer" if "int" in str(spec.type) else "a number"
         for item in value if isinstance(value, list) else [value]:
             number = isinstance(item, (int, float)) and not isinstance(item, bool)
-            if not (number and math.isfinite(item) and within(item, spec.metadata)):
+            if not (number and finite(item) and within(item, spec.metadata)):
                 raise ConfigError(spec.name, f"expected {describe(noun, spec.metadata)}, got {item!r}")
 
 

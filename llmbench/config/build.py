@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import reprlib
 import types
 import typing
 from typing import Any, Literal, Union
 
-from llmbench.engine.config import ConfigError, describe, within
+from llmbench.engine.config import ConfigError, describe, finite, within
 
 
 def build(cls: type, data: Any, path: str, skip: set[tuple[type, str]] = frozenset()) -> Any:
@@ -77,7 +76,7 @@ def _scalar(hint: type, value: Any, path: str, bounds: Any) -> Any:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif hint is float:
         # inf and nan pass `> 0` checks but no field has a use for them
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and finite(value)
         value = float(value) if ok else value
     elif hint is str:
         ok = isinstance(value, str)
@@ -88,13 +87,6 @@ def _scalar(hint: type, value: Any, path: str, bounds: Any) -> Any:
         hint_text = ' (quote it, "null", to mean the string)' if hint is str and value is None else ""
         raise ConfigError(path, f"expected {_describe(hint, bounds)}, got {_show(value)}{hint_text}")
     return value
-
-
-def _finite(number: float) -> bool:
-    try:
-        return math.isfinite(number)
-    except OverflowError:  # an integer beyond the float range
-        return False
 
 
 def _describe(hint: Any, bounds: Any) -> str:

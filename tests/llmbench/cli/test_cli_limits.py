@@ -74,6 +74,13 @@ def test_a_number_past_its_bound_names_the_key_and_the_range(key, spec, value):
     assert error.value.message.startswith("expected ") and " and <= " in error.value.message
 
 
+def test_an_engine_config_built_in_python_refuses_an_int_past_the_float_range():
+    # math.isfinite on such an int raises OverflowError: the bound check says what it expected instead
+    with pytest.raises(ConfigError) as error:
+        EngineConfig(num_gpu_blocks=10**400)
+    assert error.value.key == "num_gpu_blocks" and error.value.message.startswith("expected an integer")
+
+
 @pytest.mark.parametrize(
     "override,message",
     [
