@@ -7,14 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 import types
 import typing
-from pathlib import Path
 
 import pytest
 import yaml
@@ -25,6 +20,7 @@ from llmbench.config.schema import RunConfig
 from llmbench.run.workload import shared_prefixes
 from tests.llmbench.cli.test_cli_hostile import invoke, one_line_error
 from tests.llmbench.null_run import NULL_RUN
+from tests.llmbench.processes import sigterm_after_first_row
 
 HUGE = 10**30  # past every bound; an int that C code (struct, torch, time_t) cannot hold
 
@@ -209,20 +205,8 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path):
         )
     )
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "llmbench", "run", str(config), "--out", str(out), "--no-report"]
-    repo = Path(__file__).parents[3]
-    run = subprocess.Popen(command, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120  # the interpreter and torch load first on a loaded host
-        rows = out / "requests.jsonl"
-        while not (rows.exists() and rows.stat().st_size):
-            assert time.monotonic() < deadline and run.poll() is None, "no request finished"
-            time.sleep(0.2)
-        os.kill(run.pid, signal.SIGTERM)
-        assert run.wait(60) == 130
-    finally:
-        if run.poll() is None:
-            run.kill()
+    rows = out / "requests.jsonl"
+    assert sigterm_after_first_row(["run", str(config), "--out", str(out), "--no-report"], rows) == 130
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] is False
     assert summary["stop_reason"].startswith("interrupted (SIGTERM); ")

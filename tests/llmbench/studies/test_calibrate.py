@@ -5,17 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import yaml
 from typer.testing import CliRunner
 
 from llmbench.cli import app
+from tests.llmbench.processes import sigterm_after_first_row
 
 CONFIG = {
     "name": "calib",
@@ -72,21 +67,8 @@ def test_sigterm_stops_the_calibration_with_what_it_measured(tmp_path):
     slow = {**CONFIG["workload"], "num_requests": 200, "max_concurrency": 2}
     config.write_text(yaml.safe_dump({**CONFIG, "workload": slow}))
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "llmbench", "calibrate", str(config), "--itl-ms", "50"]
-    command += ["--out", str(out)]
-    repo = Path(__file__).parents[3]
-    calibrate = subprocess.Popen(command, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        rows = out / "fidelity" / "requests.jsonl"
-        deadline = time.monotonic() + 120  # the interpreter and the mock start first on a loaded host
-        while not (rows.exists() and rows.stat().st_size):
-            assert time.monotonic() < deadline and calibrate.poll() is None, "no request finished"
-            time.sleep(0.2)
-        os.kill(calibrate.pid, signal.SIGTERM)
-        assert calibrate.wait(60) == 130
-    finally:
-        if calibrate.poll() is None:
-            calibrate.kill()
+    args = ["calibrate", str(config), "--itl-ms", "50", "--out", str(out)]
+    assert sigterm_after_first_row(args, out / "fidelity" / "requests.jsonl") == 130
     data = json.loads((out / "calibrate.json").read_text())
     assert data["runs"] == ["fidelity"] and not data["complete"]
     assert data["stop_reason"] == "interrupted during fidelity"
