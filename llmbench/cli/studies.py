@@ -192,11 +192,11 @@ def calibrate(
 
         llmbench calibrate configs/ci.yaml --set backend.workers=2 --max-streams 64
     """
-    from llmbench.studies.calibrate import CalibrateOptions, calibrate_table, run_calibrate
+    from llmbench.studies.calibrate import CalibrateError, CalibrateOptions, calibrate_table, run_calibrate
 
     setup_logging(verbose)
     options = CalibrateOptions(ttft_ms, itl_ms, max_streams)
-    user_errors = (ConfigFileError, ConfigError, WorkloadError, RunDirError, ValueError)
+    user_errors = (ConfigFileError, ConfigError, WorkloadError, RunDirError, CalibrateError)
     with (
         exit_codes(user_errors, failure="calibration failed", interruptible=True),
         sigterm_interrupts(),

@@ -43,6 +43,10 @@ class CalibrateOptions:
     max_streams: int = 512  # the capacity ladder's top
 
 
+class CalibrateError(ValueError):
+    """Model or backend settings the calibration's runs cannot use (exit code 2)."""
+
+
 class _Interrupted(Exception):
     """A run was cut short by Ctrl-C or SIGTERM: the calibration stops, keeping what it measured."""
 
@@ -146,7 +150,10 @@ def _judged_run(
     from llmbench.backends.factory import make_backend
     from llmbench.run.runner import run_benchmark
 
-    backend = make_backend(config)
+    try:
+        backend = make_backend(config)
+    except ValueError as e:  # the model settings name something unusable, or the preflight refused
+        raise CalibrateError(str(e)) from None
     mock.records(reset=True)  # the preflight's request
     run = run_benchmark(config, run_dir, backend=backend, progress=progress, replace=True)
     rows = load_requests(run_dir)
