@@ -185,7 +185,8 @@ def number(value: Any, unit: str = "") -> str:
 def with_unit(value: Any, unit: str) -> str:
     """The number and its unit, e.g. `2,980 tok/s`, `12.3 ms`, `99.6%`."""
     text = number(value, unit)
-    if value is None or unit in ("", "%", "B/s", "FLOP/s") or not isinstance(value, int | float):
+    # a rate (RATE_PREFIXES) has its prefixed unit from number() already
+    if value is None or unit in ("", "%", *RATE_PREFIXES) or not isinstance(value, int | float):
         return text
     return f"{text} {unit}"
 
