@@ -84,7 +84,7 @@ EXECUTORS = ("model", "null")
 ATTENTION_BACKENDS = ("torch", "triton", "auto")
 PREFILL_ATTENTIONS = ("paged", "sdpa", "flash")
 MAX_SEQS = 1 << 16  # sequences in a batch, far past any device's
-MAX_TOKENS = 1 << 24  # tokens in a step or a context, far past any model's
+MAX_ENGINE_TOKENS = 1 << 24  # tokens in a step or a context, far past any model's
 
 
 @dataclass
@@ -137,8 +137,8 @@ class EngineConfig:
     gpu_memory_utilization: float = bounded(0.9, gt=0, le=1)
     # scheduling
     max_num_seqs: int = bounded(256, ge=1, le=MAX_SEQS)
-    max_num_batched_tokens: int = bounded(8192, ge=1, le=MAX_TOKENS)
-    max_model_len: int | None = bounded(None, ge=1, le=MAX_TOKENS)  # default: max_position_embeddings
+    max_num_batched_tokens: int = bounded(8192, ge=1, le=MAX_ENGINE_TOKENS)
+    max_model_len: int | None = bounded(None, ge=1, le=MAX_ENGINE_TOKENS)  # default: max_position_embeddings
     chunked_prefill: bool = True
     prefix_caching: bool = True
     # CPU-overhead optimizations
