@@ -31,7 +31,8 @@ def completion_prompts(
     if not prompts:
         raise BadRequest("prompt: empty list")
     for i, ids in enumerate(prompts):
-        _check_ids(ids, tokenizer.vocab_size, "prompt" if len(prompts) == 1 else f"prompt[{i}]")
+        name = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
+        _check_ids(ids, tokenizer.vocab_size, name, max_model_len)
     return prompts
 
 
@@ -47,7 +48,7 @@ def chat_prompt(
         ids = tokenizer.encode(text, add_special_tokens=False)
     else:  # the template writes its own BOS
         ids = encode_prompts([text], tokenizer, max_model_len, "messages", add_special_tokens=False)[0]
-    _check_ids(ids, tokenizer.vocab_size, "messages")
+    _check_ids(ids, tokenizer.vocab_size, "messages", max_model_len)
     return ids
 
 
@@ -59,16 +60,12 @@ def encode_prompts(
     add_special_tokens: bool = True,
 ) -> list[list[int]]:
     """The texts' token ids, tokenized together (without the GIL when they are long); a BadRequest
-    for one past max_model_len, after tokenizing only a part of it when it is far past (a 50 MB
-    prompt took minutes to tokenize whole)."""
+    for one far past max_model_len after tokenizing only a part of it (a 50 MB prompt took minutes to
+    tokenize whole). One just past it is refused with the others' checks (_check_ids)."""
     names = [where] if len(texts) == 1 else [f"{where}[{i}]" for i in range(len(texts))]
     for text, name in zip(texts, names, strict=True):
         _refuse_far_too_long(text, tokenizer, max_model_len, name, add_special_tokens)
-    prompts = tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
-    for ids, name in zip(prompts, names, strict=True):
-        if len(ids) >= max_model_len:
-            raise BadRequest(_too_long(name, len(ids), max_model_len))
-    return prompts
+    return tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
 
 
 def _refuse_far_too_long(
@@ -88,12 +85,16 @@ def _refuse_far_too_long(
         prefix *= 2
 
 
-def _check_ids(ids: list[int], vocab_size: int, where: str) -> None:
+def _check_ids(ids: list[int], vocab_size: int, where: str, max_model_len: int | None) -> None:
+    """A prompt's ids, as given or tokenized: not empty, in the vocabulary, shorter than the context
+    (max_model_len None: any length, for /tokenize)."""
     if not ids:
         raise BadRequest(f"{where}: empty prompt")
     bad = max(ids)
     if bad >= vocab_size:
         raise BadRequest(f"{where}: token id {bad} is outside the vocabulary [0, {vocab_size})")
+    if max_model_len is not None and len(ids) >= max_model_len:
+        raise BadRequest(_too_long(where, len(ids), max_model_len))
 
 
 def sampling_params(
@@ -108,9 +109,7 @@ def sampling_params(
     if body.n != 1:
         raise BadRequest(f"n: only 1 is supported, got {body.n}")
     _unsupported(body)
-    longest = max(len(p) for p in prompts)
-    if longest >= max_model_len:
-        raise BadRequest(_too_long("prompt", longest, max_model_len))
+    longest = max(len(p) for p in prompts)  # each shorter than the context (_check_ids)
     if max_tokens is None:
         max_tokens = 16 if isinstance(body, CompletionRequest) else max_model_len - longest
     if longest + max_tokens > max_model_len:
