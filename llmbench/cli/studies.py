@@ -3,6 +3,8 @@ set the runs side by side. Registered on the `llmbench` app by cli/app.py."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -74,11 +76,7 @@ def ablate(
     user_errors = (AblationError, ConfigFileError, ConfigError, WorkloadError, RunDirError)
     failure = f"ablation failed; variants measured so far are in {out or 'runs/'}"
     # Ctrl-C while a variant's model loads; during a run, run_benchmark keeps what it measured
-    with (
-        exit_codes(user_errors, failure=failure, interruptible=True),
-        sigterm_interrupts(),
-        RunProgress() as progress,
-    ):
+    with _study_running(user_errors, failure) as progress:
         result = run_ablation(config, set_ or [], order, leave_one_out, out, progress, repeat, preset)
     _show_study(ablation_table(result.data), result, no_report)
 
@@ -102,11 +100,7 @@ def sweep(
     setup_logging(verbose)
     user_errors = (SweepError, ConfigFileError, ConfigError, WorkloadError, RunDirError)
     failure = f"sweep failed; rates measured so far are in {out or 'runs/'}"
-    with (
-        exit_codes(user_errors, failure=failure, interruptible=True),
-        sigterm_interrupts(),
-        RunProgress() as progress,
-    ):
+    with _study_running(user_errors, failure) as progress:
         result = run_sweep(config, set_ or [], rates, out, progress)
     _show_study(sweep_table(result.data), result, no_report)
 
@@ -158,11 +152,7 @@ def capacity(
     options = CapacityOptions(by, target, start, lowest, highest, tolerance, repeats, max_runs, seconds)
     user_errors = (CapacityError, ConfigFileError, ConfigError, WorkloadError, RunDirError)
     failure = f"capacity search failed; runs measured so far are in {out or 'runs/'}"
-    with (
-        exit_codes(user_errors, failure=failure, interruptible=True),
-        sigterm_interrupts(),
-        RunProgress() as progress,
-    ):
+    with _study_running(user_errors, failure) as progress:
         result = run_capacity(config, set_ or [], options, out, progress)
     _show_study(capacity_table(result.data), result, no_report)
 
@@ -197,17 +187,25 @@ def calibrate(
     setup_logging(verbose)
     options = CalibrateOptions(ttft_ms, itl_ms, max_streams)
     user_errors = (ConfigFileError, ConfigError, WorkloadError, RunDirError, CalibrateError)
-    with (
-        exit_codes(user_errors, failure="calibration failed", interruptible=True),
-        sigterm_interrupts(),
-        RunProgress() as progress,
-    ):
+    with _study_running(user_errors, "calibration failed") as progress:
         result = run_calibrate(config, set_ or [], options, out, progress)
     if "fidelity" in result.data:  # an interrupt during the first run leaves no figure to show
         print_wide(calibrate_table(result.data))
     console.print(f"results: {result.out_dir / 'calibrate.json'}", highlight=False)
     if result.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+@contextmanager
+def _study_running(user_errors: tuple[type[Exception], ...], failure: str) -> Iterator[RunProgress]:
+    """A study's runs: its user errors one line and exit 2, Ctrl-C or SIGTERM ending the run in progress
+    with its files written (exit 130 once the study has shown what it measured), a progress bar."""
+    with (
+        exit_codes(user_errors, failure=failure, interruptible=True),
+        sigterm_interrupts(),
+        RunProgress() as progress,
+    ):
+        yield progress
 
 
 def _show_study(table: Table, result: StudyResult, no_report: bool) -> None:
