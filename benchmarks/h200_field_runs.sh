@@ -5,7 +5,7 @@
 #              side (40 GB of KV each; the idle one does no GPU work), 3 interleaved trials of 300
 #              requests each; runs A_k (off) and B_k (on), summarized by ab_summaries.py (~3 min)
 #   capacity   the highest Poisson rate at which 95% of requests meet TTFT 500 ms and TPOT 50 ms, on the
-#              all-on server, each probe 30 s of arrivals (~5 min)
+#              all-on server, each probe 20 s of arrivals, at most 7 probes (~4 min)
 #   multiturn  multi-turn ShareGPT (up to 4 turns, 0.5 s think time, 80 conversations at 8/s) with
 #              prefix caching on (A_k) vs off (B_k), two servers side by side, 3 interleaved trials (~3 min)
 #   energy     joules per output token: the throughput workload, and one request at a time (~2 min)
@@ -84,8 +84,8 @@ poisson32() {
 capacity() {
     serve 8002 "$out/capacity.on.log" "${sharegpt[0]}" --set engine.max_model_len=2048 "${toggles_on[@]}" || return
     "${llmbench[@]}" capacity "${sharegpt[@]}" "${client[@]}" --set backend.url=http://127.0.0.1:8002/v1 \
-        --set engine.max_model_len=2048 --set workload.arrival.process=poisson --start 16 --seconds 30 \
-        --repeats 2 --max-runs 10 --out "$out/capacity" | tail -20
+        --set engine.max_model_len=2048 --set workload.arrival.process=poisson --start 48 --seconds 20 \
+        --tolerance 0.15 --repeats 2 --max-runs 7 --out "$out/capacity" | tail -20
 }
 
 multiturn() {

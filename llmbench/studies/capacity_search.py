@@ -62,7 +62,7 @@ def find_capacity(
         probe.shares.append(measure(value, len(probe.shares)))
         runs += 1
 
-    while runs < max_runs:
+    while True:
         passing, failing = _bounds(probes, target)
         value = _next_value(space, passing, failing)
         if value is None:
@@ -70,9 +70,10 @@ def find_capacity(
             if not short:
                 return SearchResult(passing, failing, list(probes.values()), complete=True)
             value = short[0]  # the boundary: run again
+        # checked after the bounds, so a search settled by its last allowed run counts as complete
+        if runs >= max_runs:
+            return SearchResult(passing, failing, list(probes.values()), complete=False)
         run(value)
-    passing, failing = _bounds(probes, target)
-    return SearchResult(passing, failing, list(probes.values()), complete=False)
 
 
 def _bounds(probes: dict[float, Probe], target: float) -> tuple[float | None, float | None]:

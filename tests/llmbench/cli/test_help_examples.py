@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -140,16 +141,18 @@ def test_help_examples_run(command, tmp_path):
     runnable = [example for example in EXAMPLES[command] if not on_a_gpu(example)]
     if not runnable:
         pytest.skip("GPU workloads only")
-    # a scratch root holding the repository's inputs (linked) and the folders its outputs go to (new), so
-    # no example writes into the checkout
+    # a scratch root holding copies of the repository's inputs (a few small configs) and the folders its
+    # outputs go to (new), so no example writes into the checkout; copies, not links: the GPU machine's
+    # scratch space did not follow links into the checkout
     for example in runnable:
         params = parse(example)[1]
         for path in paths(params, [name for name in params if name not in OUTPUTS]):
-            linked = tmp_path / path.parts[0]
-            if (ROOT / path.parts[0]).exists() and not linked.exists():
-                linked.symlink_to(ROOT / path.parts[0])
+            source, copy = ROOT / path.parts[0], tmp_path / path.parts[0]
+            if source.is_dir() and not copy.exists():
+                shutil.copytree(source, copy)
+            elif source.is_file():
+                shutil.copy2(source, copy)
         for path in paths(params, OUTPUTS):
-            assert not (tmp_path / path.parts[0]).is_symlink(), f"{example} writes into the checkout"
             if (ROOT / path.parent).is_dir():
                 (tmp_path / path.parent).mkdir(parents=True, exist_ok=True)
     # the checkout under test, wherever llmbench was installed from

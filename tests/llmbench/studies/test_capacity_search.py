@@ -63,6 +63,15 @@ def test_the_run_limit_stops_the_search_with_what_it_knows():
     assert (result.passing, result.failing) == (5.66, 8.0)  # 1, 2, 4, 8, then sqrt(4 x 8)
 
 
+def test_a_search_settled_by_its_last_allowed_run_is_complete():
+    space = SearchSpace(1.0, 0.1, 1000.0, integer=False)
+    unlimited, calls = knee(7.3)
+    find_capacity(space, unlimited, 0.95, 2, 100)
+    measure, limited_calls = knee(7.3)
+    result = find_capacity(space, measure, 0.95, 2, len(calls))
+    assert result.complete and limited_calls == calls
+
+
 def test_a_share_exactly_at_the_target_passes():
     result = find_capacity(
         SearchSpace(2.0, 1.0, 4.0, integer=True), lambda v, r: 0.95 if v <= 3 else 0.9, 0.95, 1, 20
