@@ -1,13 +1,14 @@
 """The step figures of the run directories an interleaved A/B left (benchmarks/interleaved_ab.sh with
 `llmbench run ... --out {out}`), in one JSON file: each run's host phases, GPU busy and idle, and
-throughput, TPOT and TTFT, then each side's median and range. Beside the run's means (which count
-its prefill steps too), the medians of its steady decode steps from steps.csv: those running the
-run's largest decode batch and no prompt token.
+throughput, TPOT, TTFT and E2EL (and a multi-turn run's TTFT by turn), then each side's median and
+range. Beside the run's means (which count its prefill steps too), the medians of its steady decode
+steps from steps.csv: those running the run's largest decode batch and no prompt token.
 
     python benchmarks/ab_summaries.py runs/h200/ab_runs runs/h200/ab.json
 
 Reads run directories only: takes seconds. Writes the JSON file named (FILE); the published ones are
-docs/measurements/h200/graph_sizes/*.json and docs/measurements/h200/throughput_ab/decode_launch_ab.json.
+docs/measurements/h200/graph_sizes/*.json, docs/measurements/h200/throughput_ab/decode_launch_ab.json and
+docs/measurements/h200/field/{poisson32,multiturn}.json.
 """
 
 from __future__ import annotations
@@ -34,7 +35,15 @@ STEP_FIGURES = (
 )
 
 
-METRIC_FIGURES = ("output_throughput", "request_throughput", "median_tpot_ms", "median_ttft_ms")
+METRIC_FIGURES = (
+    "output_throughput",
+    "request_throughput",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_e2el_ms",
+)
 
 DECODE_FIGURES = ("decode_host_ms", "decode_schedule_ms", "decode_prepare_ms", "decode_output_ms")
 
@@ -60,6 +69,9 @@ def run_figures(run_dir: Path) -> dict:
     figures = {name: summary["steps"].get(name) for name in STEP_FIGURES}
     figures |= {name: summary["metrics"].get(name) for name in METRIC_FIGURES}
     figures |= steady_decode_figures(run_dir / "steps.csv")
+    # a multi-turn run's TTFT by turn: later turns resend the history, which a prefix cache holds
+    for turn, metrics in summary.get("turns", {}).items():
+        figures[f"turn{turn}_median_ttft_ms"] = metrics.get("median_ttft_ms")
     figures["command"] = summary["environment"]["command"]
     return figures
 
@@ -71,10 +83,11 @@ def main(runs: Path, out: Path) -> None:
     sides = {}
     for side in ("A", "B"):
         mine = [row for name, row in rows.items() if name.startswith(f"{side}_")]
+        names = dict.fromkeys(name for row in mine for name in row if name != "command")
         sides[side] = {
             name: {"median": statistics.median(values), "min": min(values), "max": max(values)}
-            for name in (*STEP_FIGURES, *METRIC_FIGURES, *DECODE_FIGURES)
-            if (values := [row[name] for row in mine if row[name] is not None])
+            for name in names
+            if (values := [row[name] for row in mine if row.get(name) is not None])
         }
     result = {"command": f"python benchmarks/{command_line()}", "runs": rows, "sides": sides}
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,8 +18,8 @@ average is sampled after every run.
         --aiperf /tmp/peer-aiperf/bin/aiperf [--rounds 2] [--workers 1,2] [--out FILE]
 
 Takes about 15-20 minutes on 2 cores with all four clients (GuideLLM starts in ~40 s a run). Writes
-docs/measurements/cpu/client_fidelity.json (the command, the host, every run, the summary) and prints
-the table."""
+docs/measurements/cpu/client_fidelity.json (the command, the host, every run, the summary; rewritten
+after every run, `complete: false` until the last) and prints the table."""
 
 from __future__ import annotations
 
@@ -171,6 +171,24 @@ def main() -> None:
     results = {"fidelity": [], "capacity": []}
     host = host_facts()  # before the runs: the commit they ran and the load they started under
     started = time.time()
+    keys = ("median_ttft_error_ms", "mean_itl_error_ms", "output_tokens_per_s", "load_average_1m")
+
+    def write(complete: bool) -> dict:
+        """The file as it stands, rewritten after every run: a call cut short keeps the runs it made."""
+        document = {
+            "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+            "host": host,
+            "complete": complete,
+            "minutes": round((time.time() - started) / 60, 1),
+            "mock": {"fidelity": vars(FIDELITY), "capacity": vars(CAPACITY)},
+            "fidelity": summarize(results["fidelity"], keys),
+            "capacity": best_capacity(results["capacity"]),
+            "runs": results,
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(document, indent=1) + "\n")
+        return document
+
     with tempfile.TemporaryDirectory(prefix="client-fidelity-") as tmp:
         for round_ in range(args.rounds):
             for settings, streams, requests, kind in plan:
@@ -180,18 +198,8 @@ def main() -> None:
                     run = one_run(client, settings, streams, requests, work)
                     results[kind].append(run | {"round": round_})
                     print(f"round {round_} {kind} {client.name} @ {streams}: {_brief(run)}", flush=True)
-    keys = ("median_ttft_error_ms", "mean_itl_error_ms", "output_tokens_per_s", "load_average_1m")
-    document = {
-        "command": shlex.join([Path(sys.executable).name, *sys.argv]),
-        "host": host,
-        "minutes": round((time.time() - started) / 60, 1),
-        "mock": {"fidelity": vars(FIDELITY), "capacity": vars(CAPACITY)},
-        "fidelity": summarize(results["fidelity"], keys),
-        "capacity": best_capacity(results["capacity"]),
-        "runs": results,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(document, indent=1) + "\n")
+                    write(complete=False)
+    document = write(complete=True)
     print_table(document["fidelity"], document["capacity"])
     print(f"wrote {args.out}")
 

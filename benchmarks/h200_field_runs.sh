@@ -13,7 +13,8 @@
 #   bash benchmarks/h200_field_runs.sh TOKENIZER OUT_DIR DEST SECTION...
 #
 # Each section leaves its run directories in OUT_DIR/SECTION (requests.jsonl files over 2 MB dropped) and
-# then DEST/SECTION.tgz, so a call cut short by a time limit keeps every section it finished. Run from the
+# then DEST/SECTION.tgz, so a call cut short by a time limit keeps every section it finished; on SIGTERM
+# (`timeout`) the section under way is packed too, with what its runs wrote. Run from the
 # checkout's root; its readings go to docs/measurements/h200.md.
 set -uo pipefail
 if [ $# -lt 4 ]; then
@@ -111,14 +112,20 @@ energy() {
         --set workload.arrival.process=inf --set workload.dataset.output_len=128 --out "$out/energy/bs1" | tail -4
 }
 
+current=""
+# `timeout` signals the whole group: the runs write their partial results, then this packs them
+trap 'stop_servers; [ -n "$current" ] && pack "$current"; exit 143' TERM
+
 for section in "$@"; do
     case $section in
         poisson32 | capacity | multiturn | energy)
+            current=$section
             mkdir -p "$out/$section"
             echo "$section: start ($(date +%T))"
             "$section"
             stop_servers  # also after a section whose server failed to start: none outlives it
             pack "$section"
+            current=""
             ;;
         *) echo "error: unknown section $section (poisson32 capacity multiturn energy)" >&2; exit 2 ;;
     esac

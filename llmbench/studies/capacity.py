@@ -98,6 +98,7 @@ def run_capacity(
     data: dict[str, Any] = {
         "command": shlex.join(command),
         "options": asdict(options),
+        "slo": asdict(base.slo),  # what "meeting every SLO" meant, with the target share in options
         "complete": False,
         "runs": [],
     }

@@ -45,6 +45,7 @@ def search(tmp_path, config, *args):
 def check_answer(out, target=0.95, repeats=2, tolerance=0.5):
     data = json.loads((out / "capacity.json").read_text())
     assert data["complete"]
+    assert data["slo"] == {"ttft_ms": None, "tpot_ms": None, "e2el_ms": 150}
     passing, failing = data["passing"], data["failing"]
     assert passing is not None and failing is not None
     assert failing <= 160 and failing <= passing * (1 + tolerance)
