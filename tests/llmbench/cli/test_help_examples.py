@@ -144,15 +144,16 @@ def test_help_examples_run(command, tmp_path):
     # a scratch root holding copies of the repository's inputs (a few small configs) and the folders its
     # outputs go to (new), so no example writes into the checkout; copies, not links: the GPU machine's
     # scratch space did not follow links into the checkout
+    copied = set()  # the checkout's folders and files an example reads
     for example in runnable:
         params = parse(example)[1]
         for path in paths(params, [name for name in params if name not in OUTPUTS]):
             source, copy = ROOT / path.parts[0], tmp_path / path.parts[0]
-            if source.is_dir() and not copy.exists():
-                shutil.copytree(source, copy)
-            elif source.is_file():
-                shutil.copy2(source, copy)
+            if source.exists() and not copy.exists():
+                (shutil.copytree if source.is_dir() else shutil.copy2)(source, copy)
+                copied.add(path.parts[0])
         for path in paths(params, OUTPUTS):
+            assert path.parts[0] not in copied, f"{example} writes into the checkout"
             if (ROOT / path.parent).is_dir():
                 (tmp_path / path.parent).mkdir(parents=True, exist_ok=True)
     # the checkout under test, wherever llmbench was installed from
