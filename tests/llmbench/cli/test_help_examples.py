@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -66,13 +67,33 @@ def page_examples(page: Path) -> list[str]:
     return found
 
 
+def names_a_path(hint) -> bool:
+    return hint is Path or any(names_a_path(arg) for arg in typing.get_args(hint))
+
+
+# the parameters each command declares as paths: some typer releases hand them over parsed as Path
+# objects, others as the strings click read
+PATH_PARAMS = {
+    info.callback.__name__: {name for name, hint in typing.get_type_hints(info.callback).items() if names_a_path(hint)}
+    for info in app.registered_commands
+}
+
+
 def parse(example: str) -> tuple[str, dict]:
-    """The command an example calls and its parameters as parsed; a bad option or argument raises."""
+    """The command an example calls and its parameters as parsed (path parameters as Path objects); a bad
+    option or argument raises."""
     words = shlex.split(example)
     assert words[0] == "llmbench" and words[1] in COMMANDS, f"not a llmbench command: {example}"
     # what follows a bare -- goes to another program (`llmbench profile ... -- nsys args`)
     args = words[2 : words.index("--")] if "--" in words else words[2:]
-    return words[1], COMMANDS[words[1]].make_context(words[1], args).params
+    params = COMMANDS[words[1]].make_context(words[1], args).params
+    for name in PATH_PARAMS[words[1]] & params.keys():
+        value = params[name]
+        if isinstance(value, list | tuple):
+            params[name] = [Path(v) for v in value]
+        elif value is not None:
+            params[name] = Path(value)
+    return words[1], params
 
 
 def paths(params: dict, names) -> list[Path]:
