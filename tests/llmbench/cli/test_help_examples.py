@@ -74,7 +74,9 @@ def names_a_path(hint) -> bool:
 # the parameters each command declares as paths: some typer releases hand them over parsed as Path
 # objects, others as the strings click read
 PATH_PARAMS = {
-    info.callback.__name__: {name for name, hint in typing.get_type_hints(info.callback).items() if names_a_path(hint)}
+    info.callback.__name__: {
+        name for name, hint in typing.get_type_hints(info.callback).items() if names_a_path(hint)
+    }
     for info in app.registered_commands
 }
 
