@@ -97,6 +97,10 @@ class OpenAIBackend:
         self._streams.start(request_id, body, time.perf_counter() if due is None else due)
 
     def poll(self, while_waiting: Callable[[], object] | None = None) -> list[RequestOutput]:
+        # the starts submitted since the last poll go first: the runner's work below (a server's step
+        # records fetched over HTTP) took 20-30 ms, which a held start waited through and its request
+        # recorded as schedule lag
+        self._streams.send_pending()
         if while_waiting is not None:  # the streams run on their own loop meanwhile
             while_waiting()
         outputs = []

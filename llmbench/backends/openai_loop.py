@@ -174,9 +174,9 @@ class StreamLoop:
 
 class ThreadLoop:
     """backend.workers 1: the streams on a loop in a thread of the runner's process; what they read
-    waits in a queue until receive(). Starts and cancels reach the loop together when receive() is
-    next called: a burst of submits crosses to the loop's thread once, and its streams begin in one
-    turn of the loop, not each after its own wait for the GIL."""
+    waits in a queue until receive(). Starts and cancels reach the loop together at the next
+    send_pending() (which receive() calls first): a burst of submits crosses to the loop's thread once,
+    and its streams begin in one turn of the loop, not each after its own wait for the GIL."""
 
     def __init__(self, settings: StreamSettings):
         self._queue: queue.SimpleQueue[tuple] = queue.SimpleQueue()
@@ -200,11 +200,15 @@ class ThreadLoop:
     async def _usage(self) -> dict:
         return self._streams.monitor.usage()
 
-    def receive(self, timeout: float) -> list[tuple]:
-        """What arrived, waiting up to `timeout` seconds for the first of it."""
+    def send_pending(self) -> None:
+        """Hand the starts and cancels since the last call to the loop, in one crossing."""
         if self._outbox:
             self._loop.call_soon_threadsafe(_run_all, self._outbox)
             self._outbox = []
+
+    def receive(self, timeout: float) -> list[tuple]:
+        """What arrived (after send_pending), waiting up to `timeout` seconds for the first of it."""
+        self.send_pending()
         try:
             items = [self._queue.get(timeout=timeout)]
         except queue.Empty:

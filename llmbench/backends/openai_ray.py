@@ -146,7 +146,7 @@ class RayWorkers(WorkerSet):
             raise ValueError(f"backend.ray_address: a worker did not start: {_reason(e)}") from None
         self._offsets = [self._clock_offset(i) for i in range(count)]  # onto the driver's perf_counter
         self._live = set(range(count))
-        self._outbox: list[list] = [[] for _ in range(count)]  # commands for the next _read() to send
+        self._outbox: list[list] = [[] for _ in range(count)]  # commands for the next send_pending()
         self._reads = {self._ask(i): i for i in range(count)}
         logger.info("Ray workers: %d, over a cluster of %d CPUs", count, cpus)
 
@@ -174,7 +174,7 @@ class RayWorkers(WorkerSet):
 
     def _read(self, timeout: float) -> list[tuple]:
         """Send the commands waiting, then what the workers read, on the driver's clock."""
-        self._flush()
+        self.send_pending()
         ray = self._ray
         if not self._reads:
             time.sleep(timeout)
@@ -200,7 +200,7 @@ class RayWorkers(WorkerSet):
                 items.append((request_id, stamp + offset, value))
         return items
 
-    def _flush(self) -> None:
+    def send_pending(self) -> None:
         """The commands since the last flush, one Ray call a worker: the runner polls right after it
         submits, and a burst of submits costs a call, not one a request."""
         for worker, commands in enumerate(self._outbox):

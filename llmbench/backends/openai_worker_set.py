@@ -37,8 +37,8 @@ def split_frames(buffer: bytearray) -> list[bytes]:
 
 class WorkerSet(ABC):
     """A new stream goes to the live worker with the fewest. A subclass sends a command to a worker
-    (_send), says which workers live (_alive) and reads what came (_read, each worker's bytes through
-    _items; a lost worker's streams as failures)."""
+    (_send, at once or held until send_pending), says which workers live (_alive) and reads what came
+    (_read, each worker's bytes through _items; a lost worker's streams as failures)."""
 
     def __init__(self, count: int):
         self._streams: list[set[str]] = [set() for _ in range(count)]  # live request ids per worker
@@ -109,6 +109,10 @@ class WorkerSet(ABC):
     def _offset(self, worker: int) -> float:
         """What moves `worker`'s perf_counter onto the runner's (a worker on another host has its own)."""
         return 0.0
+
+    @abstractmethod
+    def send_pending(self) -> None:
+        """Send the commands _send held for one batch (poll calls it before the runner's own work)."""
 
     @abstractmethod
     def _send(self, worker: int, message: list) -> None: ...

@@ -79,6 +79,9 @@ class WorkerPool(WorkerSet):
                 w.wait()
             w.stdout.close()
 
+    def send_pending(self) -> None:
+        """Nothing is held: _send writes each command to the worker's unbuffered pipe at once."""
+
     def _send(self, worker: int, message: list) -> None:
         try:
             self._workers[worker].stdin.write(frame(self._encode(message)))

@@ -1,10 +1,14 @@
 """One stream loop keeps the concurrency itself: in a closed loop it starts the next request the moment
-a stream ends, without the runner, and never has more in flight than the limit."""
+a stream ends, without the runner, and never has more in flight than the limit. What the runner submits
+reaches the loop before the runner's own work in poll."""
 
 from __future__ import annotations
 
 import time
 
+from llmbench.engine.request import SamplingParams
+
+from llmbench.backends.openai import OpenAIBackend
 from llmbench.backends.openai_loop import StreamSettings, ThreadLoop
 from llmbench.config.load import parse_config
 from llmbench.mock_server import MockServer, MockSettings
@@ -81,3 +85,31 @@ def test_a_run_keeps_max_concurrency_and_stamps_each_submit_where_it_started(tmp
     by_submit = sorted(rows, key=lambda r: (r.submit_time, int(r.id)))
     assert [r.id for r in by_submit] == [str(i) for i in range(20)]
     assert all(r.submit_time <= r.send_start_time < r.first_token_time for r in rows)
+
+
+def test_a_submitted_request_is_sent_before_the_runners_work_in_poll():
+    """poll() runs the runner's work while the streams go on (`while_waiting`: step rows, and a
+    server's step records fetched over HTTP, 20-30 ms) only after handing the loop what was submitted:
+    here that work waits for the mock to read the request, which it could not if the start were held
+    until poll's wait for chunks."""
+    run = {"name": "handover", "model": {"preset": "tiny"}, "output": {"report": False}}
+    with MockServer(MockSettings(ttft_ms=0, itl_ms=1, output_tokens=2)) as mock:
+        backend = OpenAIBackend()
+        backend.start(parse_config(run, ["backend.type=openai", f"backend.url={mock.url}"]))
+        try:
+            before = len(mock.records())
+            backend.submit("0", [5, 6, 7], SamplingParams(max_tokens=2), due=time.perf_counter())
+            read_meanwhile = []
+
+            def runner_work():
+                deadline = time.monotonic() + 10  # generous: a loaded 2-core host
+                while len(mock.records()) == before and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                read_meanwhile.append(len(mock.records()) > before)
+
+            backend.poll(runner_work)
+            while backend.has_unfinished():
+                backend.poll()
+        finally:
+            backend.close()
+    assert read_meanwhile == [True]
