@@ -8,7 +8,8 @@
 #              all-on server, each probe 20 s of arrivals, at most 7 probes (~4 min)
 #   multiturn  multi-turn ShareGPT (up to 4 turns, 0.5 s think time, 80 conversations at 8/s) with
 #              prefix caching on (A_k) vs off (B_k), two servers side by side, 3 interleaved trials (~3 min)
-#   energy     joules per output token: the throughput workload, and one request at a time (~2 min)
+#   energy     joules per output token, 3 trials each: the throughput workload, and one request at a
+#              time (~3 min)
 #
 #   bash benchmarks/h200_field_runs.sh TOKENIZER OUT_DIR DEST SECTION...
 #
@@ -105,9 +106,10 @@ multiturn() {
 }
 
 energy() {
-    "${llmbench[@]}" run configs/llama3-8b-throughput.yaml --set backend.type=server --no-report \
+    "${llmbench[@]}" run configs/llama3-8b-throughput.yaml --set backend.type=server --no-report --repeat 3 \
         --out "$out/energy/throughput" | tail -4
-    "${llmbench[@]}" run "${sharegpt[@]}" --set backend.type=server --no-report --set engine.max_model_len=2048 \
+    "${llmbench[@]}" run "${sharegpt[@]}" --set backend.type=server --no-report --repeat 3 \
+        --set engine.max_model_len=2048 \
         --set workload.max_concurrency=1 --set workload.num_requests=24 --set workload.warmup_requests=2 \
         --set workload.arrival.process=inf --set workload.dataset.output_len=128 --out "$out/energy/bs1" | tail -4
 }

@@ -3,8 +3,9 @@
 memory in use, and the series a report plots.
 
 Energy is the energy counter's increase over each trial, summed; mean power is that energy over the
-trials' sampled time. Without a counter, power alone is known: energy and joules per token stay None,
-as every key does, with the reason, when no GPU could be read."""
+trials' sampled time. Each trial's own joules per output token are kept too, so repeated trials show
+their spread. Without a counter, power alone is known: energy and joules per token stay None, as
+every key does, with the reason, when no GPU could be read."""
 
 from __future__ import annotations
 
@@ -13,22 +14,36 @@ from typing import Any
 
 from llmbench.device.nvml import GpuSample
 
-POWER_KEYS = ("energy_j", "joules_per_output_token", "mean_power_w", "max_power_w", "max_memory_used_gb")
+POWER_KEYS = (
+    "energy_j",
+    "joules_per_output_token",
+    "joules_per_output_token_by_trial",
+    "mean_power_w",
+    "max_power_w",
+    "max_memory_used_gb",
+)
 MAX_SERIES_POINTS = 2000  # longer runs are thinned to this many samples for the plot
 
 
-def power_summary(samples: Sequence[GpuSample], spans: Sequence[int], output_tokens: int) -> dict[str, Any]:
-    """`spans`: the index in `samples` where each trial's sampling began."""
+def power_summary(
+    samples: Sequence[GpuSample], spans: Sequence[int], trial_output_tokens: Sequence[int]
+) -> dict[str, Any]:
+    """`spans`: the index in `samples` where each trial's sampling began; `trial_output_tokens`: each
+    trial's output tokens, in the same order."""
     if not samples:
         return no_power("no GPU sample was taken")
     bounds = [*spans, len(samples)]
-    trials = [samples[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
-    energies = [
-        trial[-1].energy_j - trial[0].energy_j
-        for trial in trials
-        if trial[0].energy_j is not None and trial[-1].energy_j is not None
-    ]
-    energy = sum(energies) if len(energies) == len(trials) else None
+    by_trial = [samples[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    trials = [trial for trial in by_trial if trial]  # one shorter than a sampling interval has none
+    energies = [_energy(trial) for trial in trials]
+    energy = sum(energies) if None not in energies else None
+    output_tokens = sum(trial_output_tokens)
+    per_token = None
+    if energy is not None and len(by_trial) == len(trial_output_tokens):
+        per_token = [
+            _energy(trial) / n if trial and n else None
+            for trial, n in zip(by_trial, trial_output_tokens, strict=True)
+        ]
     seconds = sum(trial[-1].t - trial[0].t for trial in trials)
     powers = [s.power_w for s in samples if s.power_w is not None]
     memory = [s.memory_used_bytes for s in samples if s.memory_used_bytes is not None]
@@ -39,6 +54,7 @@ def power_summary(samples: Sequence[GpuSample], spans: Sequence[int], output_tok
     summary = {
         "energy_j": energy,
         "joules_per_output_token": energy / output_tokens if energy is not None and output_tokens else None,
+        "joules_per_output_token_by_trial": per_token,
         "mean_power_w": mean_power,
         "max_power_w": max(powers) if powers else None,
         "max_memory_used_gb": max(memory) / 1e9 if memory else None,
@@ -48,6 +64,13 @@ def power_summary(samples: Sequence[GpuSample], spans: Sequence[int], output_tok
             "the GPU has no energy counter: energy and joules per token are unknown"
         )
     return summary
+
+
+def _energy(trial: Sequence[GpuSample]) -> float | None:
+    """The counter's increase over a trial's samples; None without a counter."""
+    if trial[0].energy_j is None or trial[-1].energy_j is None:
+        return None
+    return trial[-1].energy_j - trial[0].energy_j
 
 
 def no_power(reason: str) -> dict[str, Any]:

@@ -40,7 +40,7 @@ class Telemetry:
         token and power (null, with the reason, without a GPU to read), then the SM clock."""
         if self.clocks is None:
             return no_power(why_no_gpu_samples(self.config))
-        output_tokens = sum(m["total_output_tokens"] for m in trial_metrics)
+        output_tokens = [m["total_output_tokens"] for m in trial_metrics]
         power = power_summary(self.clocks.samples, self.clocks.spans, output_tokens)
         self.gpu_series = power_series(self.clocks.samples, self.run_start)
         return power | run_clocks(self.clocks)  # run_clocks takes the samples: after the power's

@@ -109,24 +109,35 @@ def test_energy_is_the_counter_s_increase_over_each_trial_not_over_the_gap_betwe
     run = samples(
         [0, 1, 2, 10, 10.5, 11], [1000, 1150, 1300, 5300, 5400, 5500], powers=[100, 900, 150, 200, 200, 200]
     )
-    summary = power_summary(run, spans=[0, 3], output_tokens=1000)
+    summary = power_summary(run, spans=[0, 3], trial_output_tokens=[600, 400])
     assert summary["energy_j"] == pytest.approx(500)
     assert summary["joules_per_output_token"] == pytest.approx(0.5)
+    assert summary["joules_per_output_token_by_trial"] == pytest.approx([0.5, 0.5])
     assert summary["mean_power_w"] == pytest.approx(500 / 3)  # energy over the sampled 3 s
     assert summary["max_power_w"] == 900
     assert "power_unavailable" not in summary
 
 
+def test_each_trial_has_its_joules_per_token_and_one_without_samples_adds_nothing():
+    # trial 0: 300 J for 100 tokens; trial 1 ended before the sampler's first read; trial 2: 100 J for 200
+    run = samples([0, 1, 2, 5, 6], [1000, 1100, 1300, 2000, 2100])
+    summary = power_summary(run, spans=[0, 3, 3], trial_output_tokens=[100, 50, 200])
+    assert summary["energy_j"] == pytest.approx(400)
+    assert summary["joules_per_output_token"] == pytest.approx(400 / 350)
+    assert summary["joules_per_output_token_by_trial"] == pytest.approx([3.0, None, 0.5])
+
+
 def test_without_a_counter_power_is_averaged_and_energy_stays_unknown():
     run = samples([0, 1, 2], [None, None, None], powers=[100, 200, 300], memory=[1e9, 3e9, 2e9])
-    summary = power_summary(run, spans=[0], output_tokens=10)
+    summary = power_summary(run, spans=[0], trial_output_tokens=[10])
     assert summary["energy_j"] is None and summary["joules_per_output_token"] is None
+    assert summary["joules_per_output_token_by_trial"] is None
     assert summary["mean_power_w"] == 200 and summary["max_memory_used_gb"] == 3
     assert "no energy counter" in summary["power_unavailable"]
 
 
 def test_without_samples_every_key_is_null_with_the_reason():
-    assert power_summary([], [], 10)["power_unavailable"] == "no GPU sample was taken"
+    assert power_summary([], [], [10])["power_unavailable"] == "no GPU sample was taken"
     reading = no_power("device cpu: no NVIDIA GPU to read")
     assert all(reading[key] is None for key in POWER_KEYS)
     assert reading["power_unavailable"] == "device cpu: no NVIDIA GPU to read"
@@ -164,6 +175,8 @@ def test_the_run_s_sampler_gives_energy_per_trial_and_joules_per_token(fake_gpu,
     steps = telemetry.steps_summary([{"total_output_tokens": 40}, {"total_output_tokens": 60}])
     assert steps["energy_j"] == pytest.approx(sum(n - 1 for n in reads))  # 1 J a read, within each trial
     assert steps["joules_per_output_token"] == pytest.approx(steps["energy_j"] / 100)
+    by_trial = [(reads[0] - 1) / 40, (reads[1] - 1) / 60]
+    assert steps["joules_per_output_token_by_trial"] == pytest.approx(by_trial)
     assert steps["max_power_w"] == 650.0 and steps["gpu_clock"]["sm_clock_mhz"] == 1785
     assert sampler.samples == [] and sampler.spans == []  # the clock reading took them
     telemetry.finish({}, tmp_path)
