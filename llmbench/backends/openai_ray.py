@@ -201,7 +201,7 @@ class RayWorkers(WorkerSet):
         return items
 
     def send_pending(self) -> None:
-        """The commands since the last flush, one Ray call a worker: the runner polls right after it
+        """The commands since the last send, one Ray call a worker: the runner polls right after it
         submits, and a burst of submits costs a call, not one a request."""
         for worker, commands in enumerate(self._outbox):
             if commands and worker in self._live:
