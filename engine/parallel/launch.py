@@ -7,6 +7,7 @@ one is gone after shutdown."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -146,6 +147,11 @@ def _spawn(config: EngineConfig, port: int, rank: int) -> subprocess.Popen:
     command = [sys.executable, "-m", "llmbench.engine.parallel.worker", str(port), str(rank)]
     command += [str(config.tensor_parallel_size), str(os.getpid()), level, str(torch.get_num_threads())]
     process = subprocess.Popen(command, stdin=subprocess.PIPE)
-    process.stdin.write(msg.encoder.encode(config))
-    process.stdin.close()
+    # a worker that exits before reading its config (a broken interpreter, say) closes the pipe: the
+    # startup wait names it with its exit code, as any rank that dies while starting. Let through, the
+    # EPIPE would reach click, which takes it for a closed stdout and exits 1 without a word
+    with contextlib.suppress(BrokenPipeError):
+        process.stdin.write(msg.encoder.encode(config))
+    with contextlib.suppress(BrokenPipeError):
+        process.stdin.close()  # flushes, and closes the pipe even when the flush fails
     return process

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -90,6 +91,28 @@ def test_a_rank_that_dies_while_starting_exits_1_with_one_line(tmp_path, tp_conf
     lines = result.output.strip().splitlines()
     assert lines == ["error: tp.yaml: tensor-parallel rank 1 exited with code 1 during startup"]
     assert not out.exists()
+
+
+def test_a_rank_gone_before_it_reads_its_config_exits_1_with_one_line(tmp_path, tp_config, monkeypatch):
+    """On a loaded host the worker may exit before rank 0 writes its config into its stdin: the closed
+    pipe is that rank's startup failure too, not a silent exit (click takes an EPIPE for a closed stdout
+    and exits 1 without a word)."""
+    from llmbench.engine.parallel import launch
+
+    def spawn_then_wait_for_it(*args, **kwargs):
+        process = subprocess.Popen(*args, **kwargs)
+        process.wait()  # rank 0 descheduled until the worker has died
+        return process
+
+    monkeypatch.setattr(
+        launch, "subprocess", SimpleNamespace(Popen=spawn_then_wait_for_it, PIPE=subprocess.PIPE)
+    )
+    monkeypatch.setenv("PYTHONHOME", "/nonexistent")
+    result = CliRunner().invoke(app, ["run", str(tp_config), "--out", str(tmp_path / "run"), "--no-report"])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == [
+        "error: tp.yaml: tensor-parallel rank 1 exited with code 1 during startup"
+    ]
 
 
 def test_ctrl_c_stops_every_rank(tmp_path):
