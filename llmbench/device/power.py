@@ -35,14 +35,14 @@ def power_summary(
     bounds = [*spans, len(samples)]
     by_trial = [samples[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
     trials = [trial for trial in by_trial if trial]  # one shorter than a sampling interval has none
-    energies = [_energy(trial) for trial in trials]
-    energy = sum(energies) if None not in energies else None
+    energies = [_energy(trial) if trial else None for trial in by_trial]
+    sampled = [e for e, trial in zip(energies, by_trial, strict=True) if trial]
+    energy = sum(sampled) if None not in sampled else None
     output_tokens = sum(trial_output_tokens)
     per_token = None
     if energy is not None and len(by_trial) == len(trial_output_tokens):
         per_token = [
-            _energy(trial) / n if trial and n else None
-            for trial, n in zip(by_trial, trial_output_tokens, strict=True)
+            e / n if e is not None and n else None for e, n in zip(energies, trial_output_tokens, strict=True)
         ]
     seconds = sum(trial[-1].t - trial[0].t for trial in trials)
     powers = [s.power_w for s in samples if s.power_w is not None]
