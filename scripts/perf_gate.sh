@@ -1,28 +1,39 @@
 #!/usr/bin/env bash
-# Performance regression gate: CPU ms per engine step of configs/ci.yaml (null executor, the engine's CPU
-# path), this checkout against a recorded baseline commit, both measured here in interleaved runs.
+# Performance regression gate: the engine's CPU cost per step of configs/ci.yaml (null executor, the
+# engine's CPU path), this checkout against a recorded baseline commit, both measured here.
 #
-#   scripts/perf_gate.sh [--baseline COMMIT] [--current COMMIT] [--pairs N] [--threshold PCT] [--keep DIR]
+#   scripts/perf_gate.sh [--mode instructions|wall] [--baseline COMMIT] [--current COMMIT] [--pairs N]
+#                        [--threshold PCT] [--keep DIR] [--history FILE] [--markdown FILE] [--junit FILE]
 #
+# --mode      instructions (default): instructions per engine step under Valgrind, one run a side, the same
+#             count whatever else the machine is doing; wall: CPU ms per step from interleaved runs, for
+#             what counts cannot see (waits, syscalls, a GPU)
 # --baseline  default: the commit named in scripts/perf_gate_baseline (built in a git worktree)
 # --current   default: this checkout's working tree as it is; a commit is built in a worktree
-# --pairs     baseline/current run pairs a round (default 20); while the runs are too noisy to catch twice
-#             the threshold, another round, up to three
-# --threshold the slowdown that fails (default 10%, chosen from measured A/A noise: docs/guides/ci-gate.md);
-#             the gate also fails when its trials are too noisy to catch twice that
+# --pairs     wall mode: baseline/current run pairs a round (default 20); while the runs are too noisy to
+#             judge the threshold, another round, up to three
+# --threshold the slowdown that fails (default 2% for instructions, 10% for wall time, each chosen from
+#             measured A/A spread: docs/guides/ci-gate.md)
 # --keep DIR  copy the verdicts (verdicts.json) there
+# --history   append this gate's record (commit, date, metric, value, interval, verdict) to a JSONL file;
+#             `llmbench history FILE` charts it
+# --markdown  append a Markdown summary to this file (and to $GITHUB_STEP_SUMMARY when that is set)
+# --junit     write JUnit XML there, one test case per metric
 #
-# PERF_GATE_INJECT_US=N makes the current side (then always a worktree of --current, default HEAD) busy-wait
-# N microseconds at the start of every Scheduler.schedule(), a known slowdown for measuring the gate's
-# detection rate (scripts/perf_gate_calibrate.py). The engine itself has no such hook.
+# A known slowdown, for measuring the gate's detection (scripts/perf_gate_calibrate.py), is injected into
+# the current side (then always a worktree of --current, default HEAD) at PERF_GATE_INJECT_AT (schedule:
+# Scheduler.schedule, the default; prepare: input preparation, InputBuffers.prepare):
+#   PERF_GATE_INJECT_LOOPS=N  N turns of an empty Python loop per call: a fixed count of instructions
+#   PERF_GATE_INJECT_US=N     a busy-wait of N microseconds per call: a fixed time (wall mode)
+# The engine itself has no such hook.
 #
-# Exit codes: 0 pass, 1 regression (or a current side that completed no request, or noise too high to
-# resolve the threshold), 2 usage or a side that cannot run the config.
+# Exit codes: 0 pass; 1 regression (or a current side that completed no request); 2 usage, or a side that
+# cannot be measured; 3 can't tell (too noisy to judge the threshold).
 set -euo pipefail
 
 usage() {
-    echo "usage: scripts/perf_gate.sh [--baseline COMMIT] [--current COMMIT] [--pairs N]" \
-        "[--threshold PCT] [--keep DIR]" >&2
+    echo "usage: scripts/perf_gate.sh [--mode instructions|wall] [--baseline COMMIT] [--current COMMIT]" \
+        "[--pairs N] [--threshold PCT] [--keep DIR] [--history FILE] [--markdown FILE] [--junit FILE]" >&2
     exit 2
 }
 fail_usage() {
@@ -31,7 +42,7 @@ fail_usage() {
 }
 
 root="$(git -C "$(dirname "$0")" rev-parse --show-toplevel 2>/dev/null)" || fail_usage "not inside a git clone"
-baseline="" current="" pairs=20 threshold=10% keep=""
+baseline="" current="" pairs=20 threshold="" keep="" mode=instructions outputs=()
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || usage
     case "$1" in
@@ -40,14 +51,29 @@ while [ $# -gt 0 ]; do
         --pairs) pairs="$2" ;;
         --threshold) threshold="$2" ;;
         --keep) keep="$2" ;;
+        --mode) mode="$2" ;;
+        --history | --markdown | --junit) outputs+=("$1" "$(realpath -m "$2")") ;;
         *) usage ;;
     esac
     shift 2
 done
 [[ "$pairs" =~ ^[0-9]+$ ]] && ((pairs >= 2 && pairs <= 1000)) || fail_usage "--pairs takes a whole number 2 to 1000"
-[[ "$threshold" =~ ^[0-9]+(\.[0-9]+)?%?$ ]] || fail_usage "--threshold takes a slowdown like 10% or 0.1"
-inject="${PERF_GATE_INJECT_US:-}"
-[[ -z "$inject" || "$inject" =~ ^[0-9]+(\.[0-9]+)?$ ]] || fail_usage "PERF_GATE_INJECT_US must be microseconds"
+[[ "$mode" == instructions || "$mode" == wall ]] || fail_usage "--mode takes instructions or wall"
+[[ -z "$threshold" || "$threshold" =~ ^[0-9]+(\.[0-9]+)?%?$ ]] \
+    || fail_usage "--threshold takes a slowdown like 10% or 0.1"
+inject_us="${PERF_GATE_INJECT_US:-}" inject_loops="${PERF_GATE_INJECT_LOOPS:-}"
+inject_at="${PERF_GATE_INJECT_AT:-schedule}"
+[[ -z "$inject_us" || "$inject_us" =~ ^[0-9]+(\.[0-9]+)?$ ]] || fail_usage "PERF_GATE_INJECT_US must be microseconds"
+[[ -z "$inject_loops" || "$inject_loops" =~ ^[0-9]+$ ]] \
+    || fail_usage "PERF_GATE_INJECT_LOOPS must be a whole number"
+[[ -z "$inject_us" || -z "$inject_loops" ]] \
+    || fail_usage "PERF_GATE_INJECT_US and PERF_GATE_INJECT_LOOPS: one or the other"
+case "$inject_at" in
+    schedule) inject_file=engine/scheduler.py inject_class=Scheduler inject_method=schedule ;;
+    prepare) inject_file=engine/input_batch.py inject_class=InputBuffers inject_method=prepare ;;
+    *) fail_usage "PERF_GATE_INJECT_AT takes schedule or prepare" ;;
+esac
+inject="${inject_us}${inject_loops}"
 if [ -z "$baseline" ]; then
     [ -f "$root/scripts/perf_gate_baseline" ] || fail_usage "no --baseline and no scripts/perf_gate_baseline"
     baseline="$(tr -d '[:space:]' <"$root/scripts/perf_gate_baseline")"
@@ -78,33 +104,44 @@ if [ -n "$current" ]; then
     git -C "$root" worktree add -q --detach "$current_tree" "$current"
 fi
 if [ -n "$inject" ]; then
-    cat >>"$current_tree/engine/scheduler.py" <<EOF
+    if [ -n "$inject_loops" ]; then
+        slowdown="for _ in range($inject_loops):
+            pass" what="$inject_loops loop turns"
+    else
+        slowdown="end = time.perf_counter() + $inject_us / 1e6
+        while time.perf_counter() < end:
+            pass" what="$inject_us us"
+    fi
+    cat >>"$current_tree/$inject_file" <<EOF
 
 
-# scripts/perf_gate.sh: PERF_GATE_INJECT_US=$inject, an injected slowdown of every schedule()
-def _perf_gate_slowed(schedule, seconds):
+# scripts/perf_gate.sh: an injected slowdown of every $inject_class.$inject_method() ($what)
+def _perf_gate_slowed(method):
     import time
 
     def slowed(self, *args, **kwargs):
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            pass
-        return schedule(self, *args, **kwargs)
+        $slowdown
+        return method(self, *args, **kwargs)
 
     return slowed
 
 
-Scheduler.schedule = _perf_gate_slowed(Scheduler.schedule, $inject / 1e6)
+$inject_class.$inject_method = _perf_gate_slowed($inject_class.$inject_method)
 EOF
 fi
 
 label="${current:0:12}"
-echo "perf gate: baseline ${baseline:0:12}, current ${label:-working tree}, $pairs interleaved pairs" \
-    "${inject:+(injected: ${inject} us per schedule())}" >&2
+how="instructions per step under Valgrind, one run a side"
+[ "$mode" = wall ] && how="CPU ms per step, $pairs interleaved pairs a round"
+echo "perf gate: baseline ${baseline:0:12}, current ${label:-working tree}, $how" \
+    "${inject:+(injected: ${what:-} per $inject_class.$inject_method())}" >&2
+current_commit="${current:-$(git -C "$root" rev-parse HEAD)$(git -C "$root" diff --quiet HEAD || echo +)}"
 cd "$root"
 status=0
-python3 -m llmbench.gate.perf_gate "$work/baseline-tree" "$current_tree" "$work/runs" --pairs "$pairs" \
-    --threshold "$threshold" --json "$work/verdicts.json" || status=$?
+python3 -m llmbench.gate.perf_gate "$work/baseline-tree" "$current_tree" "$work/runs" --mode "$mode" \
+    --pairs "$pairs" ${threshold:+--threshold "$threshold"} --json "$work/verdicts.json" \
+    --baseline-commit "$baseline" --current-commit "$current_commit" ${outputs[@]+"${outputs[@]}"} \
+    || status=$?
 if [ -n "$keep" ] && [ -f "$work/verdicts.json" ]; then
     mkdir -p "$keep"
     cp "$work/verdicts.json" "$keep/"

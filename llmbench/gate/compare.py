@@ -42,6 +42,9 @@ OK = "ok"
 NOT_ENOUGH = "not enough trials"  # a pass these trials could not have told from a regression
 ALL_FAILED = "every request failed"
 FAILING = (REGRESSION, ALL_FAILED)
+# "can't tell": the trials could not have caught twice the threshold, or the change is past the threshold
+# while its interval still reaches inside it; exit code 3, neither a pass nor a regression
+INCONCLUSIVE = (NOT_ENOUGH, WITHIN_NOISE)
 POWER = 0.9  # "detects": the smallest regression flagged this often at the trials' noise
 # a pass is only a pass when a regression of this many thresholds would have been caught
 RESOLVE_FACTOR = 2.0
@@ -223,7 +226,7 @@ def write_verdicts(path: Path, baseline: str, current: str, verdicts: list[Verdi
         "baseline": baseline,
         "current": current,
         "regression": has_regression(verdicts),
-        "resolved": all(v.verdict != NOT_ENOUGH for v in verdicts),
+        "resolved": all(v.verdict not in INCONCLUSIVE for v in verdicts),
         "incomplete": dict(zip(("baseline", "current"), verdicts[0].incomplete, strict=True)),
         "verdicts": [asdict(v) for v in verdicts],
     }
@@ -233,6 +236,16 @@ def write_verdicts(path: Path, baseline: str, current: str, verdicts: list[Verdi
 def has_regression(verdicts: list[Verdict]) -> bool:
     """A metric beyond its threshold and the noise, or a run that served nothing: exit code 1."""
     return any(v.verdict in FAILING for v in verdicts)
+
+
+def is_inconclusive(verdicts: list[Verdict]) -> bool:
+    """No regression, but some metric the trials could not judge: exit code 3."""
+    return not has_regression(verdicts) and any(v.verdict in INCONCLUSIVE for v in verdicts)
+
+
+def exit_code(verdicts: list[Verdict]) -> int:
+    """0 pass, 1 regression (or a side that served nothing), 3 can't tell."""
+    return 1 if has_regression(verdicts) else 3 if is_inconclusive(verdicts) else 0
 
 
 _VERDICT_STYLE = {
@@ -245,7 +258,7 @@ _VERDICT_STYLE = {
 }
 
 
-def _value(x: float) -> str:
+def format_value(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
@@ -272,8 +285,8 @@ def verdict_table(verdicts: list[Verdict]) -> Table:
         sign = -1 if v.higher_is_better else 1
         table.add_row(
             v.metric,
-            _value(v.baseline) + marks[0],
-            _value(v.current) + marks[1],
+            format_value(v.baseline) + marks[0],
+            format_value(v.current) + marks[1],
             f"{v.change:+.1%}",
             ci,
             "-" if v.p_value is None else f"{v.p_value:.2f}",

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_THRESHOLD = 0.05
 _HIGHER_IS_BETTER = re.compile(r"(throughput|goodput|completed|busy|mbu|mfu)[^.]*$")
-_LOWER_IS_BETTER = re.compile(r"((_ms|_s)(_per_[a-z]+)?|failed|preempted)$")
+_LOWER_IS_BETTER = re.compile(r"((_ms|_s|instructions)(_per_[a-z]+)?|failed|preempted)$")
 
 
 class CompareError(ValueError):

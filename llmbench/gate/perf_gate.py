@@ -1,239 +1,145 @@
-"""The measuring half of the CI regression gate (scripts/perf_gate.sh): interleaved runs of one config
-by a baseline tree and a current tree on the same machine, folded into trials for `llmbench compare`.
+"""The CI regression gate's verdict (scripts/perf_gate.sh): a baseline tree against a current tree, in
+one of two modes.
 
-Each tree gets one long-lived worker process that runs `llmbench run CONFIG` with that tree's own code
-whenever asked, so a run costs its workload (~0.3 s for configs/ci.yaml) rather than a Python and torch
-start (~2.5 s). Runs alternate between the sides in pairs, the order flipping every pair (A B, B A, ...)
-so neither side always runs first, and both sides see the same load on a shared machine.
+- `instructions` (the default): instructions per engine step of the config, counted under Valgrind
+  (gate/instructions.py). One run a side; the count does not move with the runner's load.
+- `wall`: CPU ms per engine step from interleaved runs (gate/wall_gate.py). For what counts cannot see:
+  waits, syscalls, a GPU; it pays with the machine's noise and may answer "can't tell".
 
-The figure gated is CPU ms per step. On shared cores a step is now and then descheduled or slowed by
-a neighbour, adding up to milliseconds to a 0.07-0.25 ms step, and a run's mean CPU ms per step varied by
-20% between A/A runs under load. The null executor's steps are deterministic (the same batches in the same
-order every run), so each side's figure is the mean over steps of the lower quartile of its runs at
-each step: the interruptions, which hit a few runs at any one step, fall out, every step keeps its
-weight, and a slowdown of all steps, or of some, moves it by exactly its share of the mean. The
-quartile, not the fastest run: the machine's speed also drifts through a gate (on the 2-core project
-machine the first runs after a pause were the fastest), and the fastest runs are then the first few,
-one side's more than the other's; a quartile of runs that alternate sits well inside the
-gate for both sides. Not the median either: where interruptions are frequent, a half of the runs may
-hold several interrupted ones at a step. Its interval comes from random halves of the side's runs."""
+Exit codes: 0 pass, 1 regression (or a side that completed nothing), 2 usage or a side that cannot be
+measured, 3 can't tell (the noise leaves the threshold unresolved). Each gate can append a record to a
+history file, and write a Markdown summary and JUnit XML for the CI system."""
 
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import logging
-import subprocess
-import sys
-from collections.abc import Callable
+import platform
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from llmbench.cli.common import print_wide
 from llmbench.cli.console import console, setup_logging
+from llmbench.gate.ci_outputs import verdicts_junit, verdicts_markdown, write_markdown
 from llmbench.gate.compare import (
-    NOT_ENOUGH,
+    INCONCLUSIVE,
     CompareError,
     MetricCheck,
     Verdict,
     decide,
+    exit_code,
     flag_served_nothing,
-    has_regression,
     parse_metric_spec,
     verdict_table,
     write_verdicts,
 )
-from llmbench.metrics.trial_stats import bootstrap_ratios
+from llmbench.gate.history import HistoryError, HistoryRecord, append_record
+from llmbench.gate.instructions import CountError, StepInstructions, count_sides
+from llmbench.gate.wall_gate import METRIC as WALL_METRIC
+from llmbench.gate.wall_gate import GateError, measure, measure_and_judge
 
-log = logging.getLogger(__name__)
-
-METRIC = "steps.mean_cpu_ms_per_step"
-MAX_ROUNDS = 3  # of --pairs pairs each, while the noise leaves the verdict unresolved
-_CPU_PHASES = ("schedule_ms", "prepare_ms", "output_ms", "ipc_ms")  # steps.csv's cpu_ms, for older trees
-
-# run by `python3 -c` in a tree's root, so the tree's own llmbench is the one imported; the run's table
-# and logs go to stderr (a log file), stdout only answers each request with the run's exit code
-_WORKER = """
-import sys
-answer, sys.stdout = sys.stdout, sys.stderr
-from llmbench.cli import app
-for line in sys.stdin:
-    try:
-        code = app(["run", sys.argv[1], "--out", line.strip(), "--no-report"], standalone_mode=False)
-    except SystemExit as e:
-        code = e.code
-    print(code or 0, file=answer, flush=True)
-"""
+COUNT_METRIC = "steps.instructions_per_step"
+MODES = {"instructions": (COUNT_METRIC, "2%"), "wall": (WALL_METRIC, "10%")}  # metric, default threshold
 
 
-class GateError(RuntimeError):
-    """A side could not run the config: the gate cannot measure (exit code 2)."""
-
-
-class _Worker:
-    def __init__(self, tree: Path, config: str, log_file: Path):
-        self.tree = tree
-        self._log = open(log_file, "w")
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", _WORKER, config],
-            cwd=tree,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-        )
-
-    def run(self, out: Path) -> int:
-        self._process.stdin.write(f"{out}\n")
-        self._process.stdin.flush()
-        answer = self._process.stdout.readline()
-        if not answer:
-            raise GateError(f"{self.tree}: the worker died running {out}; see {self._log.name}")
-        return int(answer)
-
-    def close(self) -> None:
-        self._process.stdin.close()
-        self._process.wait()
-        self._log.close()
-
-
-def measure(
-    trees: dict[str, Path], config: str, pairs: int, work: Path, first: int = 0
-) -> dict[str, list[Path]]:
-    """`pairs` runs per side, alternating, after one untimed run each; the run directories by side,
-    numbered from `first` (a later round of the same gate numbers on)."""
-    work.mkdir(parents=True, exist_ok=True)
-    workers = {side: _Worker(tree, config, work / f"{side}-{first:02d}.log") for side, tree in trees.items()}
-    runs: dict[str, list[Path]] = {side: [] for side in trees}
-    try:
-        for side, worker in workers.items():
-            worker.run(work / "warmup" / f"{side}-{first:02d}")  # first-run costs (lazy imports) stay out
-        sides = list(trees)
-        for k in range(first, first + pairs):
-            for side in sides if k % 2 == 0 else sides[::-1]:
-                out = work / side / f"{k:02d}"
-                code = workers[side].run(out)
-                if not (out / "steps.csv").is_file():
-                    raise GateError(f"{trees[side]}: `llmbench run {config}` exited {code} without steps.csv")
-                runs[side].append(out)
-    finally:
-        for worker in workers.values():
-            worker.close()
-    return runs
-
-
-def step_cpu_ms(run_dir: Path) -> list[np.ndarray]:
-    """CPU ms of every timed step of a run, one array per trial, in step order."""
-    by_trial: dict[int, list[float]] = {}
-    with open(run_dir / "steps.csv", newline="") as f:
-        for row in csv.DictReader(f):
-            cpu = row.get("cpu_ms") or sum(float(row[phase] or 0) for phase in _CPU_PHASES)
-            by_trial.setdefault(int(row["trial"]), []).append(float(cpu))
-    return [np.asarray(by_trial[k]) for k in sorted(by_trial)]
-
-
-def side_costs(run_dirs: list[Path]) -> np.ndarray | None:
-    """CPU ms of every timed step, one row per run; None when the runs' steps do not line up (a
-    workload that is not deterministic)."""
-    runs = [np.concatenate(step_cpu_ms(run)) for run in run_dirs]
-    if len({run.size for run in runs}) != 1:
-        log.warning("the runs' steps differ in number: judging run means instead of the quartile steps")
-        return None
-    return np.stack(runs)
-
-
-def quartile_step_mean(costs: np.ndarray) -> float:
-    """Mean over steps of the lower quartile of the runs at each step."""
-    return float(np.quantile(costs, 0.25, axis=0).mean())
-
-
-def bootstrap_quartile_steps(costs: np.ndarray, resamples: int = 2000, seed: int = 0) -> np.ndarray:
-    """quartile_step_mean of random halves of the runs (drawn without replacement), `resamples` times
-    (seeded). Halves rather than the usual resampling with replacement: a resample that repeats two or
-    three runs gives their interruptions the weight of a majority, and such draws gave the interval a
-    tail many times the noise. A half always holds K/2 distinct runs; for a figure averaged over runs
-    its spread is the full set's (balanced half-samples), for this quartile a little wider."""
-    rng = np.random.default_rng(seed)
-    half = max(1, (len(costs) + 1) // 2)
-    picks = np.argsort(rng.random((resamples, len(costs))), axis=1)[:, :half]
-    # in chunks: resamples x runs x steps at once would be ~100 MB for the CI config
-    chunks = np.array_split(picks, 20)
-    return np.concatenate([np.quantile(costs[chunk], 0.25, axis=1).mean(axis=1) for chunk in chunks])
-
-
-def judge(runs: dict[str, list[Path]], check: MetricCheck) -> list[Verdict]:
-    """The gate's verdicts: CPU ms per step beyond the check's threshold and the noise, or a side that
-    completed no request in some run."""
-    base, cur = side_costs(runs["baseline"]), side_costs(runs["current"])
-    counts = (len(runs["baseline"]), len(runs["current"]))
-    if base is None or cur is None:
-        means = [[float(np.concatenate(step_cpu_ms(r)).mean()) for r in runs[side]] for side in runs]
-        ratios = bootstrap_ratios(*means)
-        verdict = decide(check, float(np.median(means[0])), float(np.median(means[1])), ratios, None, counts)
-    else:
-        ratios = bootstrap_quartile_steps(cur, seed=1) / bootstrap_quartile_steps(base, seed=0)
-        verdict = decide(check, quartile_step_mean(base), quartile_step_mean(cur), ratios, None, counts)
-    served = [_fewest_completed(runs[side]) for side in ("baseline", "current")]
+def judge_counts(counts: dict[str, StepInstructions], check: MetricCheck) -> list[Verdict]:
+    """A count has no run-to-run noise to speak of (A/A: docs/guides/ci-gate.md), so the verdict is the
+    point change against the threshold."""
+    base, cur = counts["baseline"], counts["current"]
+    verdict = decide(check, base.per_step, cur.per_step, None, None, (1, 1))
+    served = [{"metrics": {"completed": counts[side].completed}} for side in ("baseline", "current")]
     return flag_served_nothing([verdict], *served, (False, False))
 
 
-def measure_and_judge(
-    measure_round: Callable[[int], dict[str, list[Path]]], check: MetricCheck
-) -> tuple[dict[str, list[Path]], list[Verdict]]:
-    """Rounds of runs (measure_round(first run's number) -> run directories by side) until the verdict is
-    resolved, at most MAX_ROUNDS: on a shared machine the noise comes and goes, and a round that could
-    not catch twice the threshold (not enough trials) is followed by another, judged with the runs
-    before it, rather than failing the gate at once. A decided verdict ends the measuring."""
-    runs: dict[str, list[Path]] = {}
-    for _ in range(MAX_ROUNDS):
-        more = measure_round(len(runs.get("baseline", [])))
-        runs = {side: runs.get(side, []) + more[side] for side in more}
-        verdicts = judge(runs, check)
-        if not any(v.verdict == NOT_ENOUGH for v in verdicts):
-            break
-    return runs, verdicts
-
-
-def _fewest_completed(run_dirs: list[Path]) -> dict[str, Any]:
-    completed = [
-        json.loads((run / "summary.json").read_text())["metrics"].get("completed", 0) for run in run_dirs
-    ]
-    return {"metrics": {"completed": min(completed)}}
+def count_line(counts: dict[str, StepInstructions]) -> str:
+    return "; ".join(
+        f"{side} {c.instructions:,} instructions in {c.steps} steps ({c.per_step:,.0f} a step)"
+        for side, c in counts.items()
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Interleaved baseline/current runs and the gate's verdict.")
+    parser = argparse.ArgumentParser(description="The regression gate's measurement and verdict.")
     parser.add_argument("baseline", type=Path, help="tree whose code is the baseline")
     parser.add_argument("current", type=Path, help="tree whose code is judged")
     parser.add_argument("work", type=Path, help="directory for the runs")
+    parser.add_argument("--mode", choices=sorted(MODES), default="instructions")
     parser.add_argument("--config", default="configs/ci.yaml", help="each tree's own config at this path")
-    parser.add_argument("--pairs", type=int, default=20)
-    parser.add_argument("--threshold", default="10%", help="slowdown that fails: 10%% or 0.1")
+    parser.add_argument("--pairs", type=int, default=20, help="wall mode: interleaved pairs a round")
+    parser.add_argument(
+        "--threshold", help="slowdown that fails: 2%% (instructions) or 10%% (wall) unless given"
+    )
     parser.add_argument("--json", type=Path, help="write the verdicts here")
+    parser.add_argument("--history", type=Path, help="append this gate's record to this JSONL file")
+    parser.add_argument(
+        "--markdown", type=Path, help="append a Markdown summary here (and to $GITHUB_STEP_SUMMARY)"
+    )
+    parser.add_argument("--junit", type=Path, help="write JUnit XML here, one test case per metric")
+    parser.add_argument("--baseline-commit", default="", help="the baseline's commit, for the history")
+    parser.add_argument("--current-commit", default="", help="the current side's commit, for the history")
     args = parser.parse_args()
     setup_logging()
+    metric, default_threshold = MODES[args.mode]
+    note = ""
     try:
-        check = parse_metric_spec(f"{METRIC}:{args.threshold}")
+        check = parse_metric_spec(f"{metric}:{args.threshold or default_threshold}")
         trees = {"baseline": args.baseline, "current": args.current}
-        _, verdicts = measure_and_judge(
-            lambda first: measure(trees, args.config, args.pairs, args.work, first), check
-        )
-    except (GateError, CompareError) as e:
+        if args.mode == "instructions":
+            counts = count_sides(trees, args.config, args.work)
+            note = count_line(counts)
+            verdicts = judge_counts(counts, check)
+        else:
+            _, verdicts = measure_and_judge(
+                lambda first: measure(trees, args.config, args.pairs, args.work, first), check
+            )
+    except (GateError, CountError, CompareError) as e:
         console.print(f"perf gate: {e}", highlight=False, markup=False)
         raise SystemExit(2) from None
+    if note:
+        console.print(f"perf gate: {note}", highlight=False, markup=False)
     print_wide(verdict_table(verdicts))
+    code = exit_code(verdicts)
+    _write_outputs(args, verdicts, code, note)
+    unresolved = [v for v in verdicts if v.verdict in INCONCLUSIVE]
+    if code == 3:
+        console.print(
+            f"perf gate: can't tell: {unresolved[0].verdict} at {check.threshold:.0%} in "
+            f"{unresolved[0].trials[0]} pairs (exit 3)",
+            highlight=False,
+        )
+    raise SystemExit(code)
+
+
+def _write_outputs(args: argparse.Namespace, verdicts: list[Verdict], code: int, note: str) -> None:
     if args.json is not None:
         write_verdicts(args.json, str(args.baseline), str(args.current), verdicts)
-    if has_regression(verdicts):
-        raise SystemExit(1)
-    unresolved = [v for v in verdicts if v.verdict == NOT_ENOUGH]
-    if unresolved:
-        message = f"too noisy to catch twice {check.threshold:.0%} in {unresolved[0].trials[0]} pairs"
-        console.print(f"perf gate: {message}: failing", highlight=False)
-        raise SystemExit(1)
+    title = f"llmbench perf gate ({args.mode}): " + {0: "pass", 1: "REGRESSION", 3: "can't tell"}[code]
+    write_markdown(args.markdown, verdicts_markdown(title, verdicts, note))
+    if args.junit is not None:
+        args.junit.write_text(verdicts_junit(f"llmbench perf gate ({args.mode})", verdicts))
+    if args.history is not None:
+        gated = next(v for v in verdicts if v.metric != "completed") if len(verdicts) > 1 else verdicts[0]
+        record = HistoryRecord(
+            commit=args.current_commit or str(args.current),
+            date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            metric=gated.metric,
+            mode=args.mode,
+            value=gated.current,
+            baseline_value=gated.baseline,
+            baseline_commit=args.baseline_commit or str(args.baseline),
+            change=gated.change,
+            ci_low=gated.ci_low,
+            ci_high=gated.ci_high,
+            threshold=gated.threshold,
+            verdict=gated.verdict,
+            exit_code=code,
+            config=args.config,
+            host=platform.node(),
+        )
+        try:
+            append_record(args.history, record)
+        except (OSError, HistoryError) as e:
+            console.print(f"perf gate: --history {args.history}: {e}", highlight=False, markup=False)
+            raise SystemExit(2) from None
 
 
 if __name__ == "__main__":
