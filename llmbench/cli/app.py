@@ -17,12 +17,12 @@ from llmbench.cli.common import (
     SetOption,
     VerboseOption,
     exit_codes,
-    print_wide,
     save_json,
     show_report,
     usage_error,
 )
 from llmbench.cli.console import RunProgress, console, metrics_table, setup_logging
+from llmbench.cli.gate import compare, history
 from llmbench.cli.studies import ablate, calibrate, capacity, soak, sweep
 from llmbench.config.load import ConfigFileError, load_config
 from llmbench.engine.config import ConfigError
@@ -147,8 +147,8 @@ def serve(
         serve_http(cfg.engine, host, port, cfg.serve.max_body_bytes)
 
 
-for study in (ablate, sweep, capacity, calibrate, soak):
-    app.command()(study)
+for command in (ablate, sweep, capacity, calibrate, soak, compare, history):
+    app.command()(command)
 
 
 @app.command()
@@ -218,35 +218,6 @@ def report(
         check_run_dir(out_dir, replace=True)  # a file, or a path under one, cannot hold the report
         path = write_report(run_dirs, out_dir)
     console.print(f"report: {path}", highlight=False)
-
-
-@app.command()
-def compare(
-    baseline: Annotated[Path, typer.Argument(help="Baseline run directory or summary.json")],
-    current: Annotated[Path, typer.Argument(help="Current run directory or summary.json")],
-    metric: Annotated[
-        list[str] | None,
-        typer.Option(help="Metric to check, NAME or NAME:THRESHOLD like mean_tpot_ms:10% (repeatable)"),
-    ] = None,
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="Also write the verdicts to this file")
-    ] = None,
-) -> None:
-    """Compare two runs; exit 1 when a metric regressed beyond its threshold and the trial noise.
-
-    Example (the engine's CPU time per step without prefix caching, against with it):
-
-        llmbench run configs/ci.yaml --out runs/before
-        llmbench run configs/ci.yaml --out runs/after --set engine.prefix_caching=false
-        llmbench compare runs/before runs/after --metric steps.mean_cpu_ms_per_step:150%
-    """
-    from llmbench.gate.compare import CompareError, compare_runs, has_regression, verdict_table
-
-    setup_logging()
-    with exit_codes((CompareError,)):
-        verdicts = compare_runs(baseline, current, metric, json_out)
-    print_wide(verdict_table(verdicts))
-    raise typer.Exit(EXIT_FAILURE if has_regression(verdicts) else 0)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

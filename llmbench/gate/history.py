@@ -2,14 +2,15 @@
 to a file the user names, and the change points of a metric's series over commits.
 
 A change point is where the series steps to another level and stays there, as asv and Bencher mark
-them: found by binary segmentation, splitting a stretch of records where the means on either side
-differ most, and keeping the split while that difference is larger than `min_change` of the level
-before it and larger than four times the noise within the two sides (their pooled standard deviation).
-Instruction counts barely vary, so with them a 1% step is a change point; with wall time the noise
-decides how small a step stands out."""
+them: the segmentation into levels that best fits the series, each segment costing a penalty that
+grows with the series' own noise (estimated from neighbouring records), so noise makes no segments;
+then a step smaller than `min_change` of the level before it is merged away. Instruction counts barely
+vary, so with them a 1% step is a change point; with wall time the noise decides how small a step
+stands out."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 HISTORY_SCHEMA_VERSION = 1
-NOISE_FACTOR = 4.0
+PENALTY_FACTOR = 2.0
 
 
 class HistoryRecord(msgspec.Struct, kw_only=True):
@@ -78,34 +79,62 @@ class ChangePoint:
 
 def change_points(values: list[float], min_change: float) -> list[ChangePoint]:
     """The indices where the series steps to a new level, in order (see the module's docstring)."""
-    found: list[int] = []
-    _split(values, 0, len(values), min_change, found)
-    cuts = sorted(found)
+    if len(values) < 2:
+        return []
+    cuts = _optimal_cuts(values, _penalty(values))
+    cuts = _merge_small_steps(values, cuts, min_change)
     bounds = [0, *cuts, len(values)]
     levels = [statistics.fmean(values[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
     return [ChangePoint(cut, levels[k], levels[k + 1]) for k, cut in enumerate(cuts)]
 
 
-def _split(values: list[float], start: int, stop: int, min_change: float, found: list[int]) -> None:
-    best, best_gap = None, 0.0
-    for cut in range(start + 1, stop):
-        left, right = values[start:cut], values[cut:stop]
-        gap = abs(statistics.fmean(right) - statistics.fmean(left))
-        if gap > best_gap:
-            best, best_gap = cut, gap
-    if best is None:
-        return
-    left, right = values[start:best], values[best:stop]
-    level = abs(statistics.fmean(left)) or 1.0
-    spread = _pooled_std(left, right)
-    if best_gap <= min_change * level or best_gap <= NOISE_FACTOR * spread:
-        return
-    found.append(best)
-    _split(values, start, best, min_change, found)
-    _split(values, best, stop, min_change, found)
+def _penalty(values: list[float]) -> float:
+    """The cost of one more segment: BIC's 2 ln n times the noise variance, the noise estimated from the
+    gaps between neighbours (their median: a few steps do not move it)."""
+    gaps = [abs(b - a) for a, b in zip(values, values[1:], strict=False)]
+    sigma = statistics.median(gaps) / 0.6745 / 2**0.5
+    level = statistics.fmean(abs(v) for v in values) or 1.0
+    sigma = max(sigma, 1e-9 * level)  # counts can repeat exactly: any step then stands out
+    return PENALTY_FACTOR * math.log(len(values)) * sigma**2
 
 
-def _pooled_std(left: list[float], right: list[float]) -> float:
-    squares = sum((x - statistics.fmean(side)) ** 2 for side in (left, right) for x in side)
-    freedom = len(left) + len(right) - 2
-    return (squares / freedom) ** 0.5 if freedom > 0 else 0.0
+def _optimal_cuts(values: list[float], penalty: float) -> list[int]:
+    """Optimal partitioning: the cuts minimising the squared deviations from each segment's mean plus
+    `penalty` a segment (exact, by dynamic programming over the last cut; O(n^2))."""
+    n = len(values)
+    sums, squares = [0.0], [0.0]
+    for v in values:
+        sums.append(sums[-1] + v)
+        squares.append(squares[-1] + v * v)
+
+    def cost(a: int, b: int) -> float:
+        total = sums[b] - sums[a]
+        return squares[b] - squares[a] - total * total / (b - a)
+
+    best = [0.0] + [math.inf] * n
+    last = [0] * (n + 1)
+    for b in range(1, n + 1):
+        for a in range(b):
+            candidate = best[a] + cost(a, b) + penalty
+            if candidate < best[b]:
+                best[b], last[b] = candidate, a
+    cuts, b = [], n
+    while b > 0:
+        b = last[b]
+        if b > 0:
+            cuts.append(b)
+    return sorted(cuts)
+
+
+def _merge_small_steps(values: list[float], cuts: list[int], min_change: float) -> list[int]:
+    """Drop, smallest first, every cut whose two sides' levels differ by less than `min_change`."""
+    cuts = list(cuts)
+    while cuts:
+        bounds = [0, *cuts, len(values)]
+        levels = [statistics.fmean(values[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+        steps = [abs(levels[k + 1] - levels[k]) / (abs(levels[k]) or 1.0) for k in range(len(cuts))]
+        smallest = min(range(len(cuts)), key=steps.__getitem__)
+        if steps[smallest] >= min_change:
+            break
+        del cuts[smallest]
+    return cuts

@@ -33,14 +33,15 @@ def render_history(
     out_dir: Path,
     metric: str | None = None,
     min_change: float = DEFAULT_MIN_CHANGE,
-) -> tuple[Path, Path, list[ChangePoint]]:
+) -> tuple[Path, Path, list[HistoryRecord], list[ChangePoint]]:
+    """history.html and history.png in out_dir; the metric's records and their change points."""
     metric, series = metric_series(records, metric)
     points = change_points([r.value for r in series], min_change)
     out_dir.mkdir(parents=True, exist_ok=True)
     png = _chart(series, metric, points, out_dir / "history.png")
     page = out_dir / "history.html"
     page.write_text(_page(series, metric, points, png, min_change))
-    return page, png, points
+    return page, png, series, points
 
 
 def _chart(series: list[HistoryRecord], metric: str, points: list[ChangePoint], path: Path) -> Path:

@@ -19,6 +19,9 @@ What is counted, and why so:
   time-dependent branch) is toggled out, so no decision that reads the clock falls inside the count.
 - Only the main thread (`--separate-threads=yes`, file `-01`): the engine runs in-process there for
   configs/ci.yaml; the progress display's refresh thread wakes on a timer and is not counted.
+- Each timed trial ends with a dump of its count (`CALLGRIND_DUMP_STATS`) and instrumentation switched
+  off again, so the summary's pandas work after it runs uninstrumented; switching off zeroes what was
+  collected, hence the dump, and the count is the sum of the dumps.
 - `PYTHONHASHSEED=0`, so set and dict iteration orders of strings are the same in every run.
 
 The harness is injected from outside the trees (it wraps `run_phase` and `LLMEngine.step` by name), so an
@@ -37,6 +40,7 @@ from pathlib import Path
 # the two client requests the harness needs; outside Valgrind each is a few no-op instructions
 MARKS_SOURCE = """#include <valgrind/callgrind.h>
 void llmbench_start_instrumentation(void) { CALLGRIND_START_INSTRUMENTATION; }
+void llmbench_dump_and_stop(void) { CALLGRIND_DUMP_STATS; CALLGRIND_STOP_INSTRUMENTATION; }
 void llmbench_toggle_collect(void) { CALLGRIND_TOGGLE_COLLECT; }
 """
 
@@ -60,6 +64,11 @@ def counted_phase(run_state, requests, trial, warmup, label):
     try:
         return run_phase(run_state, requests, trial, warmup, label)
     finally:
+        if state["timed"]:
+            # a dump of the trial's count, then the summary's pandas work runs uninstrumented (several
+            # times faster); stopping instrumentation zeroes what was collected, hence the dump first
+            marks.llmbench_dump_and_stop()
+            state["instrumented"] = False
         state["timed"] = False
 
 def counted_step(self, while_waiting=None):
@@ -174,12 +183,13 @@ def read_count(
         raise CountError(
             f"{tree}: `llmbench run {config}` exited {counts['exit_code']} and counted no step; {where}"
         )
-    main_thread = list(work.glob(f"{label}.callgrind.{process.pid}-01"))
-    if not main_thread:
+    # one dump per timed trial (the harness dumps before it stops instrumenting), main thread only
+    dumps = sorted(work.glob(f"{label}.callgrind.{process.pid}.*-01"))
+    if not dumps:
         raise CountError(f"{tree}: callgrind wrote no count for the main thread; {where}")
     summary = json.loads((work / f"{label}-run" / "summary.json").read_text())
     return StepInstructions(
-        instructions=callgrind_total(main_thread[0]),
+        instructions=sum(callgrind_total(dump) for dump in dumps),
         steps=counts["steps"],
         completed=int(summary["metrics"].get("completed", 0)),
     )

@@ -19,7 +19,7 @@ from llmbench.gate.compare import (
     has_regression,
     parse_metric_spec,
 )
-from llmbench.gate.perf_gate import (
+from llmbench.gate.wall_gate import (
     MAX_ROUNDS,
     judge,
     measure,
