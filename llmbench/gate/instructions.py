@@ -48,6 +48,8 @@ void llmbench_toggle_collect(void) { CALLGRIND_TOGGLE_COLLECT; }
 #   argv: config, marks library, run directory, counts file
 HARNESS = """
 import ctypes, json, sys
+# an editable install of another checkout must not fill in a module this tree lacks
+sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
 config, marks_path, out, counts_file = sys.argv[1:5]
 marks = ctypes.CDLL(marks_path)
 toggle = marks.llmbench_toggle_collect

@@ -51,6 +51,8 @@ _CPU_PHASES = ("schedule_ms", "prepare_ms", "output_ms", "ipc_ms")  # steps.csv'
 # and logs go to stderr (a log file), stdout only answers each request with the run's exit code
 _WORKER = """
 import sys
+# an editable install of another checkout must not fill in a module this tree lacks
+sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
 answer, sys.stdout = sys.stdout, sys.stderr
 from llmbench.cli import app
 for line in sys.stdin:

@@ -21,9 +21,10 @@ def test_cli_exit_codes(tmp_path):
 
     from llmbench.cli import app
 
-    base = write(tmp_path / "base.json", synthetic_run(seed=1))
-    same = write(tmp_path / "same.json", synthetic_run(seed=2))
-    slow = write(tmp_path / "slow.json", synthetic_run(seed=2, slowdown=1.2))
+    # 20 trials a side at 3% noise resolve 5%: an A/A pass is a pass, not "can't tell"
+    base = write(tmp_path / "base.json", synthetic_run(seed=1, trials=20))
+    same = write(tmp_path / "same.json", synthetic_run(seed=2, trials=20))
+    slow = write(tmp_path / "slow.json", synthetic_run(seed=2, slowdown=1.2, trials=20))
     runner = CliRunner()
 
     passed = runner.invoke(app, ["compare", base, same])
@@ -32,6 +33,10 @@ def test_cli_exit_codes(tmp_path):
     failed = runner.invoke(app, ["compare", base, slow, "--metric", "mean_tpot_ms:10%"])
     assert failed.exit_code == 1 and REGRESSION in failed.output
     assert runner.invoke(app, ["compare", base, slow, "--metric", "mean_tpot_ms:50%"]).exit_code == 0
+    # 3 trials a side at 5% noise cannot catch twice 5%: can't tell, which is not a pass
+    few = [write(tmp_path / f"few{k}.json", synthetic_run(seed=k, noise=0.05, trials=3)) for k in (1, 2)]
+    unsure = runner.invoke(app, ["compare", *few, "--metric", "mean_tpot_ms:5%"])
+    assert unsure.exit_code == 3 and NOT_ENOUGH in unsure.output and "can't tell" in unsure.output
     for bad in (
         [base, str(tmp_path / "missing.json")],
         [base, slow, "--metric", "mean_tpot_ms:fast"],
@@ -121,3 +126,29 @@ def test_a_run_killed_before_its_summary_is_compared_and_flagged_incomplete(tmp_
     empty = tmp_path / "empty"
     empty.mkdir()
     assert CliRunner().invoke(app, ["compare", str(base), str(empty)]).exit_code == 2
+
+
+def test_compare_writes_markdown_to_the_step_summary_and_junit(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from llmbench.cli import app
+
+    base = write(tmp_path / "base.json", synthetic_run(seed=1))
+    slow = write(tmp_path / "slow.json", synthetic_run(seed=2, slowdown=1.2))
+    step_summary = tmp_path / "step_summary.md"
+    step_summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    junit = tmp_path / "compare.xml"
+    args = ["compare", base, slow, "--metric", "mean_tpot_ms:10%", "--metric", "output_throughput:50%"]
+    result = CliRunner().invoke(app, [*args, "--markdown", str(tmp_path / "own.md"), "--junit", str(junit)])
+    assert result.exit_code == 1, result.output
+    text = step_summary.read_text()
+    assert text.startswith("earlier step\n") and "llmbench compare: REGRESSION" in text
+    assert "| `mean_tpot_ms` |" in text and (tmp_path / "own.md").read_text() in text
+    import xml.etree.ElementTree as ET
+
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("tests") == "2" and suite.get("failures") == "1" and suite.get("errors") == "0"
+    cases = {case.get("name"): case for case in suite.iter("testcase")}
+    assert cases["mean_tpot_ms"].find("failure").get("message").startswith(REGRESSION)
+    assert cases["output_throughput"].find("failure") is None

@@ -16,6 +16,8 @@ from llmbench.gate.compare import (
     OK,
     REGRESSION,
     WITHIN_NOISE,
+    Verdict,
+    exit_code,
     has_regression,
     parse_metric_spec,
 )
@@ -152,3 +154,27 @@ def test_a_gate_too_noisy_to_decide_measures_another_round_and_a_decided_one_sto
 def test_gate_usage_errors_exit_2(args, message):
     done = subprocess.run(["bash", str(GATE), *args], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2 and message in done.stderr
+
+
+def test_gate_mode_is_instructions_or_wall():
+    done = subprocess.run(["bash", str(GATE), "--mode", "cycles"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and "--mode takes instructions or wall" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "verdicts, code",
+    [
+        ([OK], 0),
+        ([OK, "improved"], 0),
+        ([REGRESSION], 1),
+        ([NOT_ENOUGH, REGRESSION], 1),  # a regression is a regression, whatever else could not be judged
+        ([ALL_FAILED, OK], 1),
+        ([NOT_ENOUGH], 3),
+        ([OK, WITHIN_NOISE], 3),
+    ],
+)
+def test_exit_codes_pass_regression_and_cant_tell(verdicts, code):
+    rows = [
+        Verdict("m", False, 0.1, 1.0, 1.0, 0.0, None, None, None, (5, 5), verdict) for verdict in verdicts
+    ]
+    assert exit_code(rows) == code
