@@ -105,7 +105,8 @@ if [ -n "$current" ]; then
 fi
 if [ -n "$inject" ]; then
     if [ -n "$inject_loops" ]; then
-        slowdown="for _ in range($inject_loops):
+        # repeat() hands out one object: every turn costs the same (range() allocates past 256)
+        slowdown="for _ in itertools.repeat(None, $inject_loops):
             pass" what="$inject_loops loop turns"
     else
         slowdown="end = time.perf_counter() + $inject_us / 1e6
@@ -117,6 +118,7 @@ if [ -n "$inject" ]; then
 
 # scripts/perf_gate.sh: an injected slowdown of every $inject_class.$inject_method() ($what)
 def _perf_gate_slowed(method):
+    import itertools
     import time
 
     def slowed(self, *args, **kwargs):
@@ -138,7 +140,7 @@ echo "perf gate: baseline ${baseline:0:12}, current ${label:-working tree}, $how
 current_commit="${current:-$(git -C "$root" rev-parse HEAD)$(git -C "$root" diff --quiet HEAD || echo +)}"
 cd "$root"
 status=0
-python3 -m llmbench.gate.perf_gate "$work/baseline-tree" "$current_tree" "$work/runs" --mode "$mode" \
+python3 -m llmbench.cli.perf_gate "$work/baseline-tree" "$current_tree" "$work/runs" --mode "$mode" \
     --pairs "$pairs" ${threshold:+--threshold "$threshold"} --json "$work/verdicts.json" \
     --baseline-commit "$baseline" --current-commit "$current_commit" ${outputs[@]+"${outputs[@]}"} \
     || status=$?

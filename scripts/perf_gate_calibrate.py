@@ -38,7 +38,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("perf_gate_calibrate")
-PROBE_LOOPS = 20_000  # instructions mode: loop turns a probe gate injects to price one turn
+PROBE_LOOPS = 2_000  # instructions mode: loop turns a probe gate injects to price one turn
 
 
 @dataclass(frozen=True)

@@ -42,15 +42,15 @@ def compare(
         llmbench compare runs/before runs/after --metric steps.mean_cpu_ms_per_step:150%
     """
     from llmbench.gate.ci_outputs import verdicts_junit, verdicts_markdown, write_markdown
-    from llmbench.gate.compare import CompareError, compare_runs, exit_code, verdict_table
+    from llmbench.gate.compare import EXIT_WORDS, CompareError, compare_runs, exit_code, verdict_table
 
     setup_logging()
     with exit_codes((CompareError, OSError)):
         verdicts = compare_runs(baseline, current, metric, json_out)
         code = exit_code(verdicts)
-        verdict = {0: "pass", 1: "REGRESSION", 3: "can't tell"}[code]
         write_markdown(
-            markdown, verdicts_markdown(f"llmbench compare: {verdict}", verdicts, f"{baseline} -> {current}")
+            markdown,
+            verdicts_markdown(f"llmbench compare: {EXIT_WORDS[code]}", verdicts, f"{baseline} -> {current}"),
         )
         if junit is not None:
             junit.write_text(verdicts_junit("llmbench compare", verdicts))

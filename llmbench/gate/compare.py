@@ -243,6 +243,9 @@ def is_inconclusive(verdicts: list[Verdict]) -> bool:
     return not has_regression(verdicts) and any(v.verdict in INCONCLUSIVE for v in verdicts)
 
 
+EXIT_WORDS = {0: "pass", 1: "REGRESSION", 3: "can't tell"}
+
+
 def exit_code(verdicts: list[Verdict]) -> int:
     """0 pass, 1 regression (or a side that served nothing), 3 can't tell."""
     return 1 if has_regression(verdicts) else 3 if is_inconclusive(verdicts) else 0

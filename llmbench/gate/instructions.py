@@ -47,7 +47,7 @@ void llmbench_toggle_collect(void) { CALLGRIND_TOGGLE_COLLECT; }
 # run by `python3 -c` in a tree's root, so the tree's own llmbench is the one imported:
 #   argv: config, marks library, run directory, counts file
 HARNESS = """
-import ctypes, json, sys
+import ctypes, gc, json, sys
 # an editable install of another checkout must not fill in a module this tree lacks
 sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
 config, marks_path, out, counts_file = sys.argv[1:5]
@@ -61,6 +61,7 @@ run_phase, step = runner.run_phase, LLMEngine.step
 def counted_phase(run_state, requests, trial, warmup, label):
     state["timed"] = not warmup
     if state["timed"] and not state["instrumented"]:
+        gc.collect()  # the collector's counters from zero: its passes fall on the same steps every run
         marks.llmbench_start_instrumentation()
         state["instrumented"] = True
     try:
