@@ -139,10 +139,14 @@ def serve(
     setup_logging(verbose)
     with exit_codes((ConfigFileError,)):
         cfg = load_config(config, set_ or [])
+    from llmbench.engine.serving.api_server import AddressError
     from llmbench.engine.serving.api_server import serve as serve_http  # torch: after the config's checks
 
-    # a ValueError: unusable model settings; an OSError: the address is taken or not ours to bind
-    with exit_codes((ValueError, OSError), f"{config_label(config)}: ", interruptible=True):
+    # a ValueError: unusable model settings; an AddressError: the address is taken or not ours to bind
+    with (
+        exit_codes((ValueError,), f"{config_label(config)}: ", interruptible=True),
+        exit_codes((AddressError,)),
+    ):
         serve_http(cfg.engine, host, port, cfg.serve.max_body_bytes)
 
 
