@@ -26,6 +26,7 @@ MIN_RATE, MAX_RATE = 1e-3, 1e6  # requests per second: one each 17 minutes, a mi
 MAX_SECONDS = 86_400  # a wait, pause or timeout: a day
 MAX_NAME = 200  # the run directory's name adds its timestamp; file systems take 255 bytes
 TRACE_DATASETS = ("mooncake", "burstgpt")
+HTTP_BACKENDS = ("openai", "server")  # those the HTTP client drives (backend.workers, ray_address)
 
 
 @dataclass
@@ -233,12 +234,14 @@ class BackendConfig:
             raise ConfigError("url", f"expected an http:// or https:// URL, got {clip(repr(self.url), 60)}")
         if self.endpoint == "chat" and self.prompt_format == "token_ids":
             raise ConfigError("prompt_format", "the chat endpoint takes text: set prompt_format: text")
+        if self.workers != 1 and self.type not in HTTP_BACKENDS:
+            raise ConfigError("workers", "stream workers send HTTP: backend.type openai or server")
         if self.ray_address is not None:
             if not re.fullmatch(r"auto|local|ray://\S+|[^\s/:]+:\d+", self.ray_address):
                 got = clip(repr(self.ray_address), 60)
                 expected = "expected auto, local, ray://host:port or host:port"
                 raise ConfigError("ray_address", f"{expected}, got {got}")
-            if self.type not in ("openai", "server"):
+            if self.type not in HTTP_BACKENDS:
                 raise ConfigError("ray_address", "Ray workers stream HTTP: backend.type openai or server")
 
 

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 CAPACITY_TOKENS = 128  # per request of the capacity runs: a stream lasts ~128 ms at a chunk a millisecond
 MOCK_MAX_TOKENS = 1 << 20  # the fidelity mock streams what each request asks for
+# the config is checked as the HTTP client it runs as, whatever backend it names (its workers are the
+# point); each run then gives the URL of its own mock
+AS_CLIENT = ("backend.type=openai", "backend.url=http://127.0.0.1")
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ def run_calibrate(
     out_dir: Path | None,
     progress: RunProgress | None = None,
 ) -> StudyResult:
-    base = load_config(config_path, overrides)
+    base = load_config(config_path, [*overrides, *AS_CLIENT])
     out_dir = Path(out_dir or default_run_dir(f"{base.name}-calibrate"))
     command = ["llmbench", "calibrate", str(config_path), *[a for o in overrides for a in ("--set", o)]]
     data: dict[str, Any] = {
