@@ -24,6 +24,7 @@ MAX_REQUESTS = 1_000_000
 MAX_TOKENS = 1 << 30  # a length bound numpy's integer sampling can take
 MIN_RATE, MAX_RATE = 1e-3, 1e6  # requests per second: one each 17 minutes, a million at once
 MAX_SECONDS = 86_400  # a wait, pause or timeout: a day
+MAX_TRACE_SPAN = 366 * MAX_SECONDS  # a trace's replay, lifted on purpose: a year
 MAX_NAME = 200  # the run directory's name adds its timestamp; file systems take 255 bytes
 TRACE_DATASETS = ("mooncake", "burstgpt")
 HTTP_BACKENDS = ("openai", "server")  # those the HTTP client drives (backend.workers, ray_address)
@@ -99,6 +100,10 @@ class DatasetConfig:
     tokenizer: str | None = None
     output_lengths_from_dataset: bool = True  # False: workload.output sets the output lengths
     speed: float = bounded(1.0, ge=1e-3, le=1e6)  # a trace: its times are divided by this (2: twice as fast)
+    # a trace whose timed requests would take longer than this to replay (after speed) is refused up front.
+    # 6 h holds any soak one would sit through, and catches a trace in the wrong unit (seconds read as
+    # ms: a 1-minute trace becomes 17 hours)
+    max_span_s: float = bounded(6 * 3600.0, gt=0, le=MAX_TRACE_SPAN)
     # sharegpt: vLLM's rules; a pair is skipped when its prompt or output has fewer than min_len tokens,
     # its prompt more than max_prompt_len or prompt + output more than max_total_len (null: no limit)
     min_len: int = bounded(4, ge=1, le=MAX_TOKENS)
