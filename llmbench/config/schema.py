@@ -229,6 +229,9 @@ class BackendConfig:
     # the workers as Ray actors over a cluster's hosts (backends/openai_ray): `auto` (the running cluster),
     # `ray://host:port` (Ray Client), `host:port`, or `local` (a cluster started on 127.0.0.1 for the run)
     ray_address: str | None = None
+    # how long the cluster's address may take to answer before the run stops (ray.init alone would retry
+    # an unreachable one for as long as it runs)
+    ray_connect_timeout_s: float = bounded(30.0, gt=0, le=MAX_SECONDS)
     # summary.json's client.client_limited when the schedule lag's p99 passes this (metrics/client.py)
     client_lag_bound_ms: float = bounded(10.0, ge=0, le=MAX_SECONDS * 1000)
 

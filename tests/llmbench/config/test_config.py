@@ -44,6 +44,11 @@ BAD = [
     ("output.percentiles[0]=5", "output.percentiles[0]", "unknown key"),
     ("backend.type=vllm", "backend.type", "expected one of bundled, hf"),
     ("backend.workers=2", "backend.workers", "stream workers send HTTP: backend.type openai or server"),
+    (
+        "backend.ray_connect_timeout_s=0",
+        "backend.ray_connect_timeout_s",
+        "expected a number > 0 and <= 86400",
+    ),
     ("bogus=1", "bogus", "unknown key"),
     ("workload.arrival=fast", "workload.arrival", "expected a mapping"),
 ]
