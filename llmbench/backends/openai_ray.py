@@ -54,10 +54,15 @@ def import_ray() -> ModuleType:
 
 
 def reach_cluster(address: str, timeout_s: float) -> None:
-    """Refuse an address no Ray cluster answers on within `timeout_s`: ray.init retries an unreachable
-    GCS for as long as it runs (a line every ~40 s, and half a minute more to stop on SIGTERM). What
-    answers is Ray's to judge; `local` starts its own cluster."""
-    target = _bootstrap_address(address)
+    """Refuse an address ray.init cannot use: ray:// without Ray Client's package, or one no Ray cluster
+    answers on within `timeout_s` (ray.init retries an unreachable GCS for as long as it runs, a line
+    every ~40 s, and took half a minute more to stop on SIGTERM). What answers is Ray's to judge;
+    `local` starts its own cluster."""
+    named = os.environ.get("RAY_ADDRESS")
+    used = named if address == "auto" and named and named != "auto" else address  # as ray.init reads it
+    if "://" in used and not _has_ray_client():
+        raise ValueError(f"backend.ray_address {address}: Ray Client needs ray[client]: {INSTALL}")
+    target = _bootstrap_address(used)
     host, _, port = (target or "").rpartition(":")
     if not host or not port.isdigit():
         return  # nothing to reach, or a form ray.init has its own words for
@@ -73,14 +78,18 @@ def reach_cluster(address: str, timeout_s: float) -> None:
         ) from None
 
 
+def _has_ray_client() -> bool:
+    try:
+        import grpc  # noqa: F401  (what ray[client] adds to Ray)
+    except ImportError:
+        return False
+    return True
+
+
 def _bootstrap_address(address: str) -> str | None:
     """The host:port ray.init connects to first: Ray Client's server for ray:// (its default port if none
-    is given); for `auto`, RAY_ADDRESS, else the cluster the last `ray start` on this host recorded. None
-    where there is nothing to reach: `local`, or `auto` with no cluster known, which ray.init refuses at
-    once."""
-    named = os.environ.get("RAY_ADDRESS")
-    if address == "auto" and named and named != "auto":
-        address = named  # ray.init takes it over `auto`
+    is given); for `auto`, the cluster the last `ray start` on this host recorded. None where there is
+    nothing to reach: `local`, or `auto` with no cluster known, which ray.init refuses at once."""
     if address == "local":
         return None
     if "://" in address:

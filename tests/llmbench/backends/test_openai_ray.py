@@ -4,12 +4,14 @@ Ray cluster on 127.0.0.1; without Ray the setting is one line naming the extra, 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 from typer.testing import CliRunner
 
 from llmbench.backends.openai_ray import reach_cluster
@@ -136,6 +138,26 @@ def test_an_address_that_never_answers_is_given_up_at_the_connect_timeout():
         f"backend.ray_address {address}: no Ray cluster reached at {address}: no answer within 0.2 s "
         "(backend.ray_connect_timeout_s)"
     )
+
+
+def test_a_ray_client_address_without_ray_client_names_the_install(monkeypatch):
+    monkeypatch.setitem(
+        sys.modules, "grpc", None
+    )  # `import grpc` fails as where ray[client] is not installed
+    with pytest.raises(ValueError) as error:
+        reach_cluster("ray://127.0.0.1:1", 1.0)
+    assert str(error.value) == (
+        "backend.ray_address ray://127.0.0.1:1: Ray Client needs ray[client]: pip install 'llmbench[ray]'"
+    )
+
+
+def test_the_ray_extra_brings_ray_client_for_a_ray_address():
+    # the extra's one line in pyproject.toml (tomllib is Python 3.11's, and 3.10 is supported)
+    (listed,) = re.findall(r"^ray = \[(.*)\]$", (REPO / "pyproject.toml").read_text(), re.M)
+    (ray,) = [
+        Requirement(item.strip(' "')) for item in listed.split(",") if item.strip(' "').startswith("ray")
+    ]
+    assert "client" in ray.extras
 
 
 @pytest.mark.parametrize(
