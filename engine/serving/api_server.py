@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.gc_heap import freeze_heap
+from llmbench.engine.models.source import model_shape, resolve_max_model_len
 from llmbench.engine.serving import inputs
 from llmbench.engine.serving.engine_loop import EngineDeadError, EngineLoop
 from llmbench.engine.serving.generation import ClientGone, Generation, RequestRejected
@@ -216,6 +217,11 @@ def _error(message: str, status: int, kind: str = "BadRequestError") -> JSONResp
     return JSONResponse(error_body(message, status, kind), status_code=status)
 
 
+class AddressError(Exception):
+    """The address to serve on cannot be bound: another program holds the port, or the host is not
+    this machine's."""
+
+
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening socket (port 0: a free one); binding first lets a caller learn the port."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -249,8 +255,14 @@ def make_server(app: FastAPI, log_level: str = "warning") -> uvicorn.Server:
 def serve(
     config: EngineConfig, host: str = "127.0.0.1", port: int = 8000, max_body_bytes: int | None = None
 ) -> None:
-    """Load the model, then serve until interrupted; ValueError for unusable model settings."""
-    sock = bind_socket(host, port)
+    """Check the model's settings, bind the address, load the model, then serve until interrupted.
+    ValueError: unusable model settings; AddressError: the address cannot be bound."""
+    # what can be checked without the weights goes first: a wrong preset on a taken port is the preset
+    resolve_max_model_len(config.max_model_len, model_shape(config.model))
+    try:
+        sock = bind_socket(host, port)
+    except OSError as e:
+        raise AddressError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     state = ServerState(config, max_body_bytes)
     # the server's own garbage collection over 512 streams of 256 tokens on the 2-core CPU: 0.8-1.0 s
     # (gen-2 collections of backlogged outputs, 40% of its CPU) -> 0.2 s (benchmarks/serving_cpu.py)

@@ -71,7 +71,9 @@ class OpenAIBackend:
         if backend.ray_address:
             from llmbench.backends.openai_ray import RayWorkers  # Ray is an extra: imported where asked for
 
-            self._streams = RayWorkers(backend.workers, config.workload, settings, backend.ray_address)
+            self._streams = RayWorkers(
+                backend.workers, config.workload, settings, backend.ray_address, backend.ray_connect_timeout_s
+            )
             return
         workers = worker_count(backend.workers, config.workload)
         if workers > 1:

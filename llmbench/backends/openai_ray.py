@@ -17,7 +17,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import select
+import socket
 import threading
 import time
 from time import perf_counter
@@ -37,6 +39,7 @@ from llmbench.backends.openai_workers import (
 logger = logging.getLogger(__name__)
 
 INSTALL = "pip install 'llmbench[ray]'"
+RAY_CLIENT_PORT = 10001  # ray start --head's Ray Client server
 READ_WAIT_S = 0.05  # an actor's read() returns empty after this long, so none outlives close() by more
 CLOCK_TOLERANCE_S = 0.002  # an actor's clock this far outside a round trip to it is reported
 CLOCK_PINGS = 3
@@ -48,6 +51,58 @@ def import_ray() -> ModuleType:
     except ImportError:
         raise ValueError(f"backend.ray_address: Ray is not installed: {INSTALL}") from None
     return ray
+
+
+def reach_cluster(address: str, timeout_s: float) -> None:
+    """Refuse an address ray.init cannot use: ray:// without Ray Client's package, or one no Ray cluster
+    answers on within `timeout_s` (ray.init retries an unreachable GCS for as long as it runs, a line
+    every ~40 s, and took half a minute more to stop on SIGTERM). What answers is Ray's to judge;
+    `local` starts its own cluster."""
+    named = os.environ.get("RAY_ADDRESS")
+    used = named if address == "auto" and named and named != "auto" else address  # as ray.init reads it
+    if "://" in used and not _has_ray_client():
+        raise ValueError(f"backend.ray_address {address}: Ray Client needs ray[client]: {INSTALL}")
+    target = _bootstrap_address(used)
+    host, _, port = (target or "").rpartition(":")
+    if not host or not port.isdigit():
+        return  # nothing to reach, or a form ray.init has its own words for
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        if isinstance(e, TimeoutError):
+            reason = f"no answer within {timeout_s:g} s (backend.ray_connect_timeout_s)"
+        else:
+            reason = e.strerror or type(e).__name__
+        raise ValueError(
+            f"backend.ray_address {address}: no Ray cluster reached at {target}: {reason}"
+        ) from None
+
+
+def _has_ray_client() -> bool:
+    try:
+        import grpc  # noqa: F401  (what ray[client] adds to Ray)
+    except ImportError:
+        return False
+    return True
+
+
+def _bootstrap_address(address: str) -> str | None:
+    """The host:port ray.init connects to first: Ray Client's server for ray:// (its default port if none
+    is given); for `auto`, the cluster the last `ray start` on this host recorded. None where there is
+    nothing to reach: `local`, or `auto` with no cluster known, which ray.init refuses at once."""
+    if address == "local":
+        return None
+    if "://" in address:
+        target = address.split("://", 1)[1].split("/")[0]
+        return target if re.search(r":\d+$", target) else f"{target}:{RAY_CLIENT_PORT}"
+    if address == "auto":
+        from ray._private.services import canonicalize_bootstrap_address
+
+        try:
+            return canonicalize_bootstrap_address("auto")
+        except ConnectionError:
+            return None
+    return address
 
 
 class StreamActor:
@@ -115,10 +170,13 @@ class RayWorkers(WorkerSet):
     """The runner's side: `backend.workers` StreamActors spread over the cluster, each with one read()
     outstanding."""
 
-    def __init__(self, setting: int | str, workload, settings: StreamSettings, address: str):
+    def __init__(
+        self, setting: int | str, workload, settings: StreamSettings, address: str, connect_timeout_s: float
+    ):
         ray = self._ray = import_ray()
         self._owns = not ray.is_initialized()  # a program that joined a cluster itself keeps it
         if self._owns:
+            reach_cluster(address, connect_timeout_s)
             # `local`: a cluster of this host alone, reachable on loopback only, without its dashboard
             local = {"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
             try:

@@ -24,7 +24,7 @@ from llmbench.cli.common import (
 from llmbench.cli.console import RunProgress, console, metrics_table, setup_logging
 from llmbench.cli.gate import compare, history
 from llmbench.cli.studies import ablate, calibrate, capacity, soak, sweep
-from llmbench.config.load import ConfigFileError, load_config
+from llmbench.config.load import ConfigFileError, config_label, load_config
 from llmbench.engine.config import ConfigError
 from llmbench.run.directory import RunDirError, check_run_dir
 from llmbench.run.signals import sigterm_interrupts
@@ -94,9 +94,8 @@ def run(
     # a ValueError: the model settings name something unusable (preset, path, device); Ctrl-C while
     # loading: nothing measured yet; a tensor-parallel rank that died while starting: the engine says which
     # a scheduler's or CI runner's SIGTERM stops the run as Ctrl-C does, its files written (run/signals.py)
-    loading = exit_codes(
-        (ValueError,), f"{config.name}: ", interruptible=True, breakdowns=(TensorParallelError,)
-    )
+    label = f"{config_label(config)}: "  # the schema's errors begin so too
+    loading = exit_codes((ValueError,), label, interruptible=True, breakdowns=(TensorParallelError,))
     with sigterm_interrupts(), loading:
         backend = make_backend(cfg)
 
@@ -109,7 +108,7 @@ def run(
     user_errors = (ConfigError, WorkloadError, RunDirError)
     with (
         sigterm_interrupts(),
-        exit_codes(user_errors, f"{config.name}: ", failure),
+        exit_codes(user_errors, label, failure),
         RunProgress() as progress,
     ):
         result = run_benchmark(cfg, run_dir, repeat, backend, progress, check, replace=force)
@@ -140,10 +139,14 @@ def serve(
     setup_logging(verbose)
     with exit_codes((ConfigFileError,)):
         cfg = load_config(config, set_ or [])
+    from llmbench.engine.serving.api_server import AddressError
     from llmbench.engine.serving.api_server import serve as serve_http  # torch: after the config's checks
 
-    # a ValueError: unusable model settings; an OSError: the address is taken or not ours to bind
-    with exit_codes((ValueError, OSError), f"{config.name}: ", interruptible=True):
+    # a ValueError: unusable model settings; an AddressError: the address is taken or not ours to bind
+    with (
+        exit_codes((ValueError,), f"{config_label(config)}: ", interruptible=True),
+        exit_codes((AddressError,)),
+    ):
         serve_http(cfg.engine, host, port, cfg.serve.max_body_bytes)
 
 

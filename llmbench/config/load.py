@@ -43,7 +43,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
     """Read and validate a YAML config file, or a shipped one by name (`quickstart`). Errors carry the
     file name in their message."""
     path = resolve_config_path(path)
-    shown = str(path) if str(path).isprintable() else repr(str(path))
+    shown = str(path) if str(path).isprintable() else repr(str(path))  # the file itself: where it is
     if not path.exists() and len(path.parts) == 1:
         names = ", ".join(p.stem for p in sorted(SHIPPED_CONFIGS.glob("*.yaml")))
         raise ConfigFileError(f"{clip(shown, 200)}: no such file, nor a shipped config ({names})")
@@ -57,7 +57,15 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
     try:
         return parse_config(data, overrides, default_name=name)
     except ConfigError as e:
-        raise ConfigFileError(f"{clip(path.name if path.name.isprintable() else shown, 200)}: {e}") from None
+        raise ConfigFileError(f"{config_label(path)}: {e}") from None
+
+
+def config_label(path: str | Path) -> str:
+    """What every error about a config's settings begins with, whichever step found it (the schema, the
+    dataset, the model): the file's name, `quickstart.yaml` also for the shipped config given as
+    `quickstart`. An error about the file itself (unreadable, not YAML) names its path instead."""
+    name = resolve_config_path(path).name
+    return clip(name if name.isprintable() else repr(name), 200)
 
 
 def resolve_config_path(path: str | Path) -> Path:

@@ -24,8 +24,10 @@ MAX_REQUESTS = 1_000_000
 MAX_TOKENS = 1 << 30  # a length bound numpy's integer sampling can take
 MIN_RATE, MAX_RATE = 1e-3, 1e6  # requests per second: one each 17 minutes, a million at once
 MAX_SECONDS = 86_400  # a wait, pause or timeout: a day
+MAX_TRACE_SPAN = 366 * MAX_SECONDS  # a trace's replay, lifted on purpose: a year
 MAX_NAME = 200  # the run directory's name adds its timestamp; file systems take 255 bytes
 TRACE_DATASETS = ("mooncake", "burstgpt")
+HTTP_BACKENDS = ("openai", "server")  # those the HTTP client drives (backend.workers, ray_address)
 
 
 @dataclass
@@ -98,6 +100,10 @@ class DatasetConfig:
     tokenizer: str | None = None
     output_lengths_from_dataset: bool = True  # False: workload.output sets the output lengths
     speed: float = bounded(1.0, ge=1e-3, le=1e6)  # a trace: its times are divided by this (2: twice as fast)
+    # a trace whose timed requests would take longer than this to replay (after speed) is refused up front.
+    # 6 h holds any soak one would sit through, and catches a trace in the wrong unit (seconds read as
+    # ms: a 1-minute trace becomes 17 hours)
+    max_span_s: float = bounded(6 * 3600.0, gt=0, le=MAX_TRACE_SPAN)
     # sharegpt: vLLM's rules; a pair is skipped when its prompt or output has fewer than min_len tokens,
     # its prompt more than max_prompt_len or prompt + output more than max_total_len (null: no limit)
     min_len: int = bounded(4, ge=1, le=MAX_TOKENS)
@@ -223,6 +229,9 @@ class BackendConfig:
     # the workers as Ray actors over a cluster's hosts (backends/openai_ray): `auto` (the running cluster),
     # `ray://host:port` (Ray Client), `host:port`, or `local` (a cluster started on 127.0.0.1 for the run)
     ray_address: str | None = None
+    # how long the cluster's address may take to answer before the run stops (ray.init alone would retry
+    # an unreachable one for as long as it runs)
+    ray_connect_timeout_s: float = bounded(30.0, gt=0, le=MAX_SECONDS)
     # summary.json's client.client_limited when the schedule lag's p99 passes this (metrics/client.py)
     client_lag_bound_ms: float = bounded(10.0, ge=0, le=MAX_SECONDS * 1000)
 
@@ -233,12 +242,14 @@ class BackendConfig:
             raise ConfigError("url", f"expected an http:// or https:// URL, got {clip(repr(self.url), 60)}")
         if self.endpoint == "chat" and self.prompt_format == "token_ids":
             raise ConfigError("prompt_format", "the chat endpoint takes text: set prompt_format: text")
+        if self.workers != 1 and self.type not in HTTP_BACKENDS:
+            raise ConfigError("workers", "stream workers send HTTP: backend.type openai or server")
         if self.ray_address is not None:
             if not re.fullmatch(r"auto|local|ray://\S+|[^\s/:]+:\d+", self.ray_address):
                 got = clip(repr(self.ray_address), 60)
                 expected = "expected auto, local, ray://host:port or host:port"
                 raise ConfigError("ray_address", f"{expected}, got {got}")
-            if self.type not in ("openai", "server"):
+            if self.type not in HTTP_BACKENDS:
                 raise ConfigError("ray_address", "Ray workers stream HTTP: backend.type openai or server")
 
 

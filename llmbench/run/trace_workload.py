@@ -40,12 +40,34 @@ def trace_workload(config: RunConfig, info: ModelInfo) -> tuple[Requests, Reques
         )
         for i, row in enumerate(timed)
     ]
+    _check_span(requests, config)
     rng = np.random.default_rng([wl.seed, _WARMUP_TOKENS])
     warmup = [
         WorkloadRequest(f"warmup-{i}", 0.0, synthetic_tokens(row.input_length, info, rng), row.output_length)
         for i, row in enumerate(rest)
     ]
     return warmup, requests
+
+
+def _check_span(requests: Requests, config: RunConfig) -> None:
+    """Say how long the replay takes before it starts, and refuse one past workload.dataset.max_span_s:
+    a wait of days would otherwise begin without a word."""
+    dataset = config.workload.dataset
+    span = requests[-1].arrival_time
+    replay = f"{len(requests)} requests over {_duration(span)} at speed {dataset.speed:g}"
+    if span > dataset.max_span_s:
+        raise WorkloadError(
+            f"workload.dataset.max_span_s: the trace's {replay}, more than {_duration(dataset.max_span_s)}; "
+            "raise max_span_s to replay it, or workload.dataset.speed to replay it faster"
+        )
+    logger.info("trace: replaying %s", replay)
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86_400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.1f} s"
 
 
 class BlockTokens:

@@ -23,10 +23,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmbench.config.load import load_config
+from llmbench.config.load import config_label, load_config
+from llmbench.engine.config import ConfigError
 from llmbench.mock_server import MockServer, MockSettings, StreamRecord
 from llmbench.run.records import RequestRecord, load_requests
 from llmbench.run.result_files import default_run_dir
+from llmbench.run.workload import WorkloadError
 from llmbench.studies.study import StudyResult, write_json
 
 if TYPE_CHECKING:
@@ -34,6 +36,9 @@ if TYPE_CHECKING:
 
 CAPACITY_TOKENS = 128  # per request of the capacity runs: a stream lasts ~128 ms at a chunk a millisecond
 MOCK_MAX_TOKENS = 1 << 20  # the fidelity mock streams what each request asks for
+# the config is checked as the HTTP client it runs as, whatever backend it names (its workers are the
+# point); each run then gives the URL of its own mock
+AS_CLIENT = ("backend.type=openai", "backend.url=http://127.0.0.1")
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,7 @@ def run_calibrate(
     out_dir: Path | None,
     progress: RunProgress | None = None,
 ) -> StudyResult:
-    base = load_config(config_path, overrides)
+    base = load_config(config_path, [*overrides, *AS_CLIENT])
     out_dir = Path(out_dir or default_run_dir(f"{base.name}-calibrate"))
     command = ["llmbench", "calibrate", str(config_path), *[a for o in overrides for a in ("--set", o)]]
     data: dict[str, Any] = {
@@ -77,7 +82,9 @@ def run_calibrate(
             config = load_config(
                 config_path, [*overrides, *mock_sets, "telemetry.server_metrics=false", *load]
             )
-            summary, rows, sent, interrupted = _judged_run(config, out_dir / name, mock, progress)
+            summary, rows, sent, interrupted = _judged_run(
+                config, config_label(config_path), out_dir / name, mock, progress
+            )
         data["runs"] = [*data.get("runs", []), name]
         if interrupted:
             data["stop_reason"] = f"interrupted during {name}"
@@ -142,20 +149,23 @@ def _ladder_load(streams: int) -> list[str]:
 
 
 def _judged_run(
-    config, run_dir: Path, mock: MockServer, progress
+    config, label: str, run_dir: Path, mock: MockServer, progress
 ) -> tuple[dict, list[RequestRecord], list[StreamRecord], bool]:
     """The run's summary and rows, what the mock sent for its timed requests (not the preflight's
     request or the warm-up's, which come first: as many as the warm-up rows, a session's turns each),
-    and whether the run was interrupted."""
+    and whether the run was interrupted. What the config's settings cannot do begins with `label`."""
     from llmbench.backends.factory import make_backend
     from llmbench.run.runner import run_benchmark
 
     try:
         backend = make_backend(config)
     except ValueError as e:  # the model settings name something unusable, or the preflight refused
-        raise CalibrateError(str(e)) from None
+        raise CalibrateError(f"{label}: {e}") from None
     mock.records(reset=True)  # the preflight's request
-    run = run_benchmark(config, run_dir, backend=backend, progress=progress, replace=True)
+    try:
+        run = run_benchmark(config, run_dir, backend=backend, progress=progress, replace=True)
+    except (ConfigError, WorkloadError) as e:
+        raise CalibrateError(f"{label}: {e}") from None
     rows = load_requests(run_dir)
     warmup = sum(row.warmup for row in rows)
     sent = sorted(mock.records(), key=lambda r: r.received)[warmup:]

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmbench.config.load import load_config
+from llmbench.config.load import config_label, load_config
 from llmbench.config.schema import MAX_RATE, MAX_REQUESTS, MIN_RATE, RunConfig
 from llmbench.run.result_files import default_run_dir
 from llmbench.studies.capacity_search import SearchResult, SearchSpace, find_capacity
@@ -89,8 +89,8 @@ def run_capacity(
     base = load_config(config_path, overrides)
     if not base.slo.any:
         raise CapacityError(
-            f"{config_path.name}: set slo.ttft_ms, slo.tpot_ms or slo.e2el_ms: the search looks for the "
-            "highest load meeting them"
+            f"{config_label(config_path)}: set slo.ttft_ms, slo.tpot_ms or slo.e2el_ms: the search looks for "
+            "the highest load meeting them"
         )
     space = options.space(base)
     out_dir = Path(out_dir or default_run_dir(f"{base.name}-capacity"))

@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmbench.backends.factory import make_backend
+from llmbench.config.load import config_label
 from llmbench.config.schema import RunConfig
+from llmbench.engine.config import ConfigError
 from llmbench.run.result_files import write_atomic
+from llmbench.run.workload import WorkloadError
 
 if TYPE_CHECKING:
     from llmbench.cli.console import RunProgress
@@ -28,8 +31,8 @@ class StudyResult:
 def run_point(
     config: RunConfig, config_path: Path, run_dir: Path, progress: RunProgress | None, error: type[Exception]
 ) -> RunResult:
-    """One run of the study; model settings the backend cannot use (preset, path, device) raise `error`
-    naming the config file."""
+    """One run of the study; model settings the backend cannot use (preset, path, device) and a workload
+    it cannot build (dataset, lengths) raise `error` naming the config file, as `llmbench run` does."""
     # the runner brings torch and the engine: imported once a run is due, so a study's config errors
     # are reported without them
     from llmbench.run.runner import run_benchmark
@@ -37,8 +40,11 @@ def run_point(
     try:
         backend = make_backend(config)
     except ValueError as e:
-        raise error(f"{config_path.name}: {e}") from None
-    return run_benchmark(config, run_dir, backend=backend, progress=progress)
+        raise error(f"{config_label(config_path)}: {e}") from None
+    try:
+        return run_benchmark(config, run_dir, backend=backend, progress=progress)
+    except (ConfigError, WorkloadError) as e:
+        raise error(f"{config_label(config_path)}: {e}") from None
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

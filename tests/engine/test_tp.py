@@ -186,19 +186,41 @@ def test_a_worker_hung_while_the_engine_idles_fails_the_next_step_at_once(device
 
 
 def worker_children() -> list[int]:
-    """This process's children that are tensor-parallel workers, or exited and not yet reaped."""
-    pids = []
-    for task in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{task}/children") as f:
-            pids += [int(p) for p in f.read().split()]
+    """This process's children that are tensor-parallel workers, or exited and not yet reaped, found by
+    the parent pid in each process's stat: a child stays there until it is reaped, whichever thread
+    started it (a thread's own list of children goes with the thread, between the listing and the read),
+    and a process gone since the listing is skipped."""
     found = []
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            if state == "Z" or b"llmbench.engine.parallel.worker" in f.read():
-                found.append(pid)
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state, parent = f.read().rsplit(")", 1)[1].split()[:2]
+            if int(parent) != os.getpid():
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if state == "Z" or b"llmbench.engine.parallel.worker" in f.read():
+                    found.append(int(pid))
+        except (FileNotFoundError, ProcessLookupError):  # gone since the listing, or reaped meanwhile
+            continue
     return found
+
+
+def test_worker_children_skips_a_process_gone_since_the_listing(monkeypatch):
+    listdir = os.listdir
+    # a pid above the kernel's largest pid_max (2**22): listed, then gone as a thread or process can be
+    monkeypatch.setattr(os, "listdir", lambda path: [*listdir(path), str(2**22 + 1)])
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", "llmbench.engine.parallel.worker"],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        assert worker_children() == [worker.pid]
+    finally:
+        worker.stdin.close()
+        worker.wait(30)
+    assert worker_children() == []
 
 
 def kill_worker_after_joining(*args) -> TPGroup:

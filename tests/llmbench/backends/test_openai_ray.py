@@ -4,13 +4,17 @@ Ray cluster on 127.0.0.1; without Ray the setting is one line naming the extra, 
 from __future__ import annotations
 
 import os
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 from typer.testing import CliRunner
 
+from llmbench.backends.openai_ray import reach_cluster
 from llmbench.cli import app
 from llmbench.config.load import parse_config
 from llmbench.config.schema import ConfigError
@@ -86,6 +90,74 @@ def test_a_run_started_apart_joins_the_running_cluster_with_auto(ray_cluster, tm
     assert run.returncode == 0, run.stdout + run.stderr
     assert "Ray workers: 1, over a cluster of 2 CPUs" in run.stdout + run.stderr  # this test's cluster
     assert [r.output_len for r in load_requests(tmp_path / "out")] == [4] * 4
+
+
+def test_an_address_with_no_cluster_is_one_line_and_exit_2(tmp_path):
+    pytest.importorskip("ray", reason="Ray is not installed: pip install 'llmbench[ray]'")
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text("model: {preset: tiny}\nworkload: {num_requests: 2}\n")
+    # a port bound and not listening: nothing there answers, and nothing else takes it meanwhile
+    with socket.socket() as closed, MockServer(MockSettings(ttft_ms=0, itl_ms=0, output_tokens=4)) as mock:
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+        overrides = ["backend.type=openai", f"backend.url={mock.url}", f"backend.ray_address={address}"]
+        command = [sys.executable, "-m", "llmbench", "run", str(config_file), "--out", str(tmp_path / "out")]
+        command += [arg for item in overrides for arg in ("--set", item)]
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        # ray.init alone retried such an address for as long as it ran
+        run = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.strip().splitlines()[-1] == (
+        f"error: run.yaml: backend.ray_address {address}: no Ray cluster reached at {address}: "
+        "Connection refused"
+    )
+    assert "Traceback" not in run.stderr
+
+
+def test_an_address_that_never_answers_is_given_up_at_the_connect_timeout():
+    # a listener whose queue is full drops a new connection's SYN: the connect waits for an answer
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        address = f"127.0.0.1:{full.getsockname()[1]}"
+        queued = []
+        try:
+            for _ in range(
+                16
+            ):  # fill the queue (a backlog of 0 still holds one) until a connect gets nothing
+                try:
+                    queued.append(socket.create_connection(full.getsockname(), timeout=0.2))
+                except TimeoutError:
+                    break
+            with pytest.raises(ValueError) as error:
+                reach_cluster(address, 0.2)
+        finally:
+            for connection in queued:
+                connection.close()
+    assert str(error.value) == (
+        f"backend.ray_address {address}: no Ray cluster reached at {address}: no answer within 0.2 s "
+        "(backend.ray_connect_timeout_s)"
+    )
+
+
+def test_a_ray_client_address_without_ray_client_names_the_install(monkeypatch):
+    monkeypatch.setitem(
+        sys.modules, "grpc", None
+    )  # `import grpc` fails as where ray[client] is not installed
+    with pytest.raises(ValueError) as error:
+        reach_cluster("ray://127.0.0.1:1", 1.0)
+    assert str(error.value) == (
+        "backend.ray_address ray://127.0.0.1:1: Ray Client needs ray[client]: pip install 'llmbench[ray]'"
+    )
+
+
+def test_the_ray_extra_brings_ray_client_for_a_ray_address():
+    # the extra's one line in pyproject.toml (tomllib is Python 3.11's, and 3.10 is supported)
+    (listed,) = re.findall(r"^ray = \[(.*)\]$", (REPO / "pyproject.toml").read_text(), re.M)
+    (ray,) = [
+        Requirement(item.strip(' "')) for item in listed.split(",") if item.strip(' "').startswith("ray")
+    ]
+    assert "client" in ray.extras
 
 
 @pytest.mark.parametrize(

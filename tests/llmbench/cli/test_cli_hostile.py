@@ -170,6 +170,34 @@ def test_a_dataset_that_is_not_utf8(sharegpt_config, tmp_path):
     assert line.endswith("sharegpt.json is not UTF-8 text (offset 20)")
 
 
+@pytest.mark.parametrize(
+    ("held", "kind"), [({"conversations": []}, "object"), ("", "string"), (None, "null")]
+)
+def test_a_dataset_that_is_not_a_list_says_so(sharegpt_config, tmp_path, held, kind):
+    path, directory = sharegpt_config
+    (directory / "sharegpt.json").write_text(json.dumps(held))
+    line = one_line_error(invoke("run", path, "--out", tmp_path / "out"), "sg.yaml: workload.dataset.path: ")
+    assert line.endswith(f"sharegpt.json holds a JSON {kind}, not a list of conversations")
+
+
+def test_a_shipped_config_given_by_name_begins_every_error_alike(sharegpt, tmp_path):
+    directory, _ = sharegpt
+    (directory / "sharegpt.json").write_text("{}")
+    sets = [
+        "workload.dataset.type=sharegpt",
+        f"workload.dataset.path={directory / 'sharegpt.json'}",
+        f"model.tokenizer={directory / 'tokenizer.json'}",
+        "workload.prefix.groups=0",
+    ]
+    dataset = [arg for item in sets for arg in ("--set", item)]
+    schema = invoke("run", "ci", "--set", "workload.num_requests=many", "--out", tmp_path / "a")
+    read = invoke("run", "ci", *dataset, "--out", tmp_path / "b")
+    one_line_error(schema, "ci.yaml: workload.num_requests: ")  # found by the schema
+    one_line_error(read, "ci.yaml: workload.dataset.path: ")  # found while reading the dataset
+    study = invoke("sweep", "ci", "--rates", "1", *dataset, "--out", tmp_path / "c", "--no-report")
+    one_line_error(study, "ci.yaml: workload.dataset.path: ")
+
+
 @pytest.mark.parametrize("turns", [["not a turn", 5], [{"from": "human", "value": 3}, {"from": "gpt"}]])
 def test_dataset_entries_of_the_wrong_shape_are_skipped(sharegpt_config, tmp_path, turns):
     path, directory = sharegpt_config

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from llmbench.cli import app
 from llmbench.config.load import load_config, resolve_config_path
+from llmbench.studies.calibrate import AS_CLIENT
 
 ROOT = Path(__file__).resolve().parents[3]
 COMMANDS = get_command(app).commands
@@ -111,12 +112,13 @@ def where(path: Path) -> Path:
     return ROOT / path if (ROOT / path).exists() else resolve_config_path(path)
 
 
-def config_of(params: dict):
+def config_of(command: str, params: dict):
     """The example's run config with its --set applied, or None where it names none that exists yet."""
     config = params.get("config")
     if config is None or not where(config).exists():
         return None
-    return load_config(where(config), params.get("set_") or [])
+    as_run = AS_CLIENT if command == "calibrate" else ()  # calibrate runs any config as an HTTP client
+    return load_config(where(config), [*(params.get("set_") or []), *as_run])
 
 
 def unread(examples: list[str], placeholder: re.Pattern | None = None) -> list[str]:
@@ -124,13 +126,13 @@ def unread(examples: list[str], placeholder: re.Pattern | None = None) -> list[s
     (nor `placeholder` matches); loading each config checks it and its --set."""
     missing, written = [], []
     for example in examples:
-        _, params = parse(example)
+        command, params = parse(example)
         for path in paths(params, [name for name in params if name not in OUTPUTS]):
             if where(path).exists() or any(path == w or w in path.parents for w in written):
                 continue
             if placeholder is None or not placeholder.match(str(path)):
                 missing.append(f"{example}: {path}")
-        config_of(params)
+        config_of(command, params)
         written += paths(params, OUTPUTS)
     return missing
 
@@ -151,7 +153,7 @@ def test_page_examples_parse_and_read_files_that_exist(page):
 
 
 def on_a_gpu(example: str) -> bool:
-    config = config_of(parse(example)[1])
+    config = config_of(*parse(example))
     return config is not None and config.model.device == "cuda"
 
 

@@ -43,6 +43,12 @@ BAD = [
     ("output.percentiles=[50, 120]", "output.percentiles[1]", "expected a number > 0 and <= 100, got 120.0"),
     ("output.percentiles[0]=5", "output.percentiles[0]", "unknown key"),
     ("backend.type=vllm", "backend.type", "expected one of bundled, hf"),
+    ("backend.workers=2", "backend.workers", "stream workers send HTTP: backend.type openai or server"),
+    (
+        "backend.ray_connect_timeout_s=0",
+        "backend.ray_connect_timeout_s",
+        "expected a number > 0 and <= 86400",
+    ),
     ("bogus=1", "bogus", "unknown key"),
     ("workload.arrival=fast", "workload.arrival", "expected a mapping"),
 ]
@@ -55,6 +61,16 @@ def test_bad_config_exits_2_naming_the_key(null_config_file, override, key, text
     assert result.stderr.startswith(f"error: run.yaml: {key}: ")
     assert text in result.stderr
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("backend", ["bundled", "hf"])
+def test_stream_workers_are_the_http_clients_alone(backend):
+    # the in-process backends have no stream workers: a count there would be silently ignored
+    with pytest.raises(ConfigError) as error:
+        parse_config({}, [f"backend.type={backend}", "backend.workers=auto"])
+    assert str(error.value) == "backend.workers: stream workers send HTTP: backend.type openai or server"
+    http = parse_config({}, ["backend.type=openai", "backend.url=http://127.0.0.1:1", "backend.workers=2"])
+    assert http.backend.workers == 2
 
 
 def test_a_forward_time_for_the_real_model_exits_2(null_config_file):

@@ -43,6 +43,14 @@ def test_cpu_run_report_writes_pngs_and_embeds_those_without_a_chart(cpu_report)
         assert width > 500 and height > 150
 
 
+def test_the_step_timeline_caption_names_gpu_time_only_where_it_was_measured(cpu_report, tmp_path):
+    assert "Host phases per step, step by step" in visible(cpu_report[1])
+    gpu = make_run_dir(tmp_path / "gpu", gpu=True)
+    assert "Host phases per step against GPU time, step by step" in visible(
+        write_report([gpu], gpu).read_text()
+    )
+
+
 def test_report_is_self_contained(cpu_report):
     html = cpu_report[1]
     assert re.findall(r"<script[^>]*\ssrc=", html) == [] and "<link" not in html and "<iframe" not in html

@@ -133,3 +133,25 @@ def test_a_malformed_row_is_exit_2_naming_the_file_and_line(tmp_path, mooncake):
     (line,) = result.stderr.strip().splitlines()
     where = f"error: trace.yaml: workload.dataset.path: {mooncake}:7"
     assert line == f"{where}: input_length: expected an integer >= 1, got long"
+
+
+def test_the_replay_s_span_is_said_up_front_and_one_past_max_span_s_refused(tmp_path, mooncake, caplog):
+    with caplog.at_level("INFO", logger="llmbench.run.trace_workload"):
+        build_workload(trace_config(mooncake), INFO)
+    assert "trace: replaying 4 requests over 4.5 s at speed 1" in caplog.messages
+    days = tmp_path / "days.jsonl"  # a row 11.6 days in: waited for, had nothing said otherwise
+    days.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps({**ROWS[2], "timestamp": 1_000_000_000}) + "\n")
+    with pytest.raises(WorkloadError, match="^workload.dataset.max_span_s: "):  # before a run could wait
+        build_workload(trace_config(days, num_requests=2), INFO)
+    config = {**NULL_RUN, "workload": {"num_requests": 2, "dataset": {"type": "mooncake", "path": str(days)}}}
+    path = tmp_path / "trace.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        "error: trace.yaml: workload.dataset.max_span_s: the trace's 2 requests over 11.6 days at speed 1, "
+        "more than 6.0 h; raise max_span_s to replay it, or workload.dataset.speed to replay it faster"
+    ]
+    assert not (tmp_path / "out").exists()  # refused before the run began
+    lifted = trace_config(days, num_requests=2, dataset={"max_span_s": 1e6})
+    assert build_workload(lifted, INFO).requests[-1].arrival_time == 1_000_000 - 1

@@ -87,7 +87,7 @@ def test_the_mock_side_leaves_out_every_warm_up_turn_of_a_multi_turn_workload(tm
         sets = ["backend.type=openai", f"backend.url={mock.url}", "backend.model=mock"]
         sets += ["telemetry.server_metrics=false", "workload.session.turns=2", "workload.num_requests=3"]
         config = parse_config(CONFIG, sets)
-        _, rows, sent, _ = _judged_run(config, tmp_path / "run", mock, None)
+        _, rows, sent, _ = _judged_run(config, "run.yaml", tmp_path / "run", mock, None)
     timed = [r for r in rows if not r.warmup]
     assert sum(r.warmup for r in rows) == 4 and len(timed) == 6  # 2 and 3 sessions of 2 turns
     assert len(sent) == len(timed)
