@@ -168,6 +168,13 @@ class WorkloadConfig:
                 f"{self.session.turns} turns x {max(self.num_requests, self.warmup_requests):,} sessions is "
                 f"{turns:,} requests, more than {MAX_REQUESTS:,}",
             )
+        if self.dataset.type == "sharegpt" and self.prefix.groups:
+            # a prefix would push sampled prompts past the max_prompt_len vLLM's rules just enforced
+            raise ConfigError(
+                "prefix.groups",
+                "a sharegpt dataset's conversations make the prompts, sampled by vLLM's length rules: "
+                "no shared prefix groups (set workload.prefix.groups=0)",
+            )
         if self.dataset.type in TRACE_DATASETS:
             if self.prefix.groups:
                 raise ConfigError("prefix.groups", "a trace's rows make the prompts: no shared prefix groups")
