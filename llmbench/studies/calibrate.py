@@ -15,6 +15,7 @@ calibrate.json holds both; each run's directory sits beside it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import statistics
@@ -134,18 +135,17 @@ def _calibrate(options: CalibrateOptions, data: dict[str, Any], out_dir: Path, r
 
 
 def _ladder_load(streams: int) -> list[str]:
-    return [
-        f"workload.num_requests={2 * streams}",
-        f"workload.max_concurrency={streams}",
-        "workload.warmup_requests=0",
-        "workload.arrival.process=inf",
-        "workload.input.dist=fixed",
-        "workload.input.mean=16",
-        "workload.output.dist=fixed",
-        f"workload.output.mean={CAPACITY_TOKENS}",
-        "workload.dataset.type=synthetic",
-        "workload.session.turns=1",
-    ]
+    """The rung's workload, replacing the config's whole: set key by key, the config's own length
+    bounds, prefix groups, dataset or sessions would reshape it or refuse it (a fixed 16-token prompt
+    is outside the quickstart's input range [32, 256])."""
+    workload = {
+        "num_requests": 2 * streams,
+        "max_concurrency": streams,
+        "input": {"dist": "fixed", "mean": 16},
+        "output": {"dist": "fixed", "mean": CAPACITY_TOKENS},
+        "arrival": {"process": "inf"},
+    }
+    return [f"workload={json.dumps(workload)}"]
 
 
 def _judged_run(
