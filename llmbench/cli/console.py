@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from llmbench.device.clocks import describe as describe_clock
-from llmbench.run.records import RequestRecord
+from llmbench.results.records import RequestRecord
 
 console = Console(stderr=True)
 

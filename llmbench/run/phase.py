@@ -16,8 +16,8 @@ from llmbench.backends.base import Backend
 from llmbench.config.schema import RunConfig
 from llmbench.engine.request import RequestOutput
 from llmbench.profiling.window import ProfileWindow
+from llmbench.results.records import RequestRecord
 from llmbench.run.recorder import DeferredOutputs, new_record, sampling_params
-from llmbench.run.records import RequestRecord
 from llmbench.run.result_files import ResultWriter
 from llmbench.run.samples import SampleCatcher
 from llmbench.run.sessions import Sessions

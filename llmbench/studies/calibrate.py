@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmbench.config.load import load_config
 from llmbench.mock_server import MockServer, MockSettings, StreamRecord
-from llmbench.run.records import RequestRecord, load_requests
+from llmbench.results.records import RequestRecord, load_requests
 from llmbench.run.result_files import default_run_dir
 from llmbench.studies.study import StudyResult, write_json
 

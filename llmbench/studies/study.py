@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmbench.backends.factory import make_backend
 from llmbench.config.schema import RunConfig
-from llmbench.run.result_files import write_atomic
+from llmbench.results.files import write_atomic
 
 if TYPE_CHECKING:
     from llmbench.cli.console import RunProgress

@@ -14,7 +14,7 @@ from llmbench.backends.openai_workers import STREAMS_PER_WORKER, worker_count
 from llmbench.config.load import parse_config
 from llmbench.config.schema import ConfigError
 from llmbench.mock_server import MockServer, MockSettings
-from llmbench.run.records import load_requests
+from llmbench.results.records import load_requests
 from llmbench.run.runner import run_benchmark
 
 RUN = {

@@ -16,8 +16,8 @@ from llmbench.config.load import parse_config
 from llmbench.metrics.requests import compute_metrics
 from llmbench.profiling.steps import StepRange
 from llmbench.profiling.window import ProfileWindow
-from llmbench.run.records import load_requests
-from llmbench.run.result_files import load_steps
+from llmbench.results.files import load_steps
+from llmbench.results.records import load_requests
 from llmbench.run.runner import run_benchmark
 from llmbench.run.summary import load_summary
 from tests.llmbench.null_run import NULL_RUN
@@ -197,7 +197,7 @@ def test_a_run_in_which_every_request_failed_exits_1_with_its_reason(tmp_path, n
 
 def test_progress_counts_only_the_tokens_of_completed_requests():
     from llmbench.cli.console import RunProgress
-    from llmbench.run.records import RequestRecord
+    from llmbench.results.records import RequestRecord
 
     progress = RunProgress()
     progress.phase("trial 1/1", total=2)

@@ -14,8 +14,8 @@ from llmbench.backends.bundled import BundledBackend
 from llmbench.cli import app
 from llmbench.config.load import parse_config
 from llmbench.metrics.steps import gpu_busy_step_spans
-from llmbench.run.records import load_requests
-from llmbench.run.result_files import load_steps
+from llmbench.results.files import load_steps
+from llmbench.results.records import load_requests
 from llmbench.run.runner import run_benchmark
 from llmbench.run.summary import load_summary
 from tests.llmbench.null_run import NULL_RUN
