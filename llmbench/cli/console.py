@@ -26,7 +26,8 @@ def setup_logging(verbose: bool = False) -> None:
 
 
 class RunProgress:
-    """A live bar per phase: completed requests and output tokens per second so far."""
+    """A live bar per phase: completed requests and output tokens per second so far (the Progress a run
+    reports to, run/progress.py)."""
 
     def __init__(self) -> None:
         self._progress = Progress(

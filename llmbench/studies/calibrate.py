@@ -30,7 +30,7 @@ from llmbench.run.result_files import default_run_dir
 from llmbench.studies.study import StudyResult, write_json
 
 if TYPE_CHECKING:
-    from llmbench.cli.console import RunProgress
+    from llmbench.run.progress import Progress
 
 CAPACITY_TOKENS = 128  # per request of the capacity runs: a stream lasts ~128 ms at a chunk a millisecond
 MOCK_MAX_TOKENS = 1 << 20  # the fidelity mock streams what each request asks for
@@ -56,7 +56,7 @@ def run_calibrate(
     overrides: list[str],
     options: CalibrateOptions,
     out_dir: Path | None,
-    progress: RunProgress | None = None,
+    progress: Progress | None = None,
 ) -> StudyResult:
     base = load_config(config_path, overrides)
     out_dir = Path(out_dir or default_run_dir(f"{base.name}-calibrate"))

@@ -14,7 +14,7 @@ from llmbench.config.schema import RunConfig
 from llmbench.results.files import write_atomic
 
 if TYPE_CHECKING:
-    from llmbench.cli.console import RunProgress
+    from llmbench.run.progress import Progress
     from llmbench.run.runner import RunResult
 
 
@@ -26,7 +26,7 @@ class StudyResult:
 
 
 def run_point(
-    config: RunConfig, config_path: Path, run_dir: Path, progress: RunProgress | None, error: type[Exception]
+    config: RunConfig, config_path: Path, run_dir: Path, progress: Progress | None, error: type[Exception]
 ) -> RunResult:
     """One run of the study; model settings the backend cannot use (preset, path, device) raise `error`
     naming the config file."""
