@@ -103,7 +103,7 @@ echo "perf gate: baseline ${baseline:0:12}, current ${label:-working tree}, $pai
     "${inject:+(injected: ${inject} us per schedule())}" >&2
 cd "$root"
 status=0
-python3 -m llmbench.gate.perf_gate "$work/baseline-tree" "$current_tree" "$work/runs" --pairs "$pairs" \
+python3 -m llmbench.cli.perf_gate "$work/baseline-tree" "$current_tree" "$work/runs" --pairs "$pairs" \
     --threshold "$threshold" --json "$work/verdicts.json" || status=$?
 if [ -n "$keep" ] && [ -f "$work/verdicts.json" ]; then
     mkdir -p "$keep"

@@ -1,5 +1,5 @@
-"""The measuring half of the CI regression gate (scripts/perf_gate.sh): interleaved runs of one config
-by a baseline tree and a current tree on the same machine, folded into trials for `llmbench compare`.
+"""The measuring half of the CI regression gate (its command is cli/perf_gate.py): interleaved runs of one
+config by a baseline tree and a current tree on the same machine, folded into trials for `llmbench compare`.
 
 Each tree gets one long-lived worker process that runs `llmbench run CONFIG` with that tree's own code
 whenever asked, so a run costs its workload (~0.3 s for configs/ci.yaml) rather than a Python and torch
@@ -20,7 +20,6 @@ hold several interrupted ones at a step. Its interval comes from random halves o
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import logging
@@ -32,19 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from llmbench.cli.common import print_wide
-from llmbench.cli.console import console, setup_logging
 from llmbench.gate.compare import (
     NOT_ENOUGH,
-    CompareError,
     MetricCheck,
     Verdict,
     decide,
     flag_served_nothing,
-    has_regression,
-    parse_metric_spec,
-    verdict_table,
-    write_verdicts,
 )
 from llmbench.metrics.trial_stats import bootstrap_ratios
 
@@ -202,39 +194,3 @@ def _fewest_completed(run_dirs: list[Path]) -> dict[str, Any]:
         json.loads((run / "summary.json").read_text())["metrics"].get("completed", 0) for run in run_dirs
     ]
     return {"metrics": {"completed": min(completed)}}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Interleaved baseline/current runs and the gate's verdict.")
-    parser.add_argument("baseline", type=Path, help="tree whose code is the baseline")
-    parser.add_argument("current", type=Path, help="tree whose code is judged")
-    parser.add_argument("work", type=Path, help="directory for the runs")
-    parser.add_argument("--config", default="configs/ci.yaml", help="each tree's own config at this path")
-    parser.add_argument("--pairs", type=int, default=20)
-    parser.add_argument("--threshold", default="10%", help="slowdown that fails: 10%% or 0.1")
-    parser.add_argument("--json", type=Path, help="write the verdicts here")
-    args = parser.parse_args()
-    setup_logging()
-    try:
-        check = parse_metric_spec(f"{METRIC}:{args.threshold}")
-        trees = {"baseline": args.baseline, "current": args.current}
-        _, verdicts = measure_and_judge(
-            lambda first: measure(trees, args.config, args.pairs, args.work, first), check
-        )
-    except (GateError, CompareError) as e:
-        console.print(f"perf gate: {e}", highlight=False, markup=False)
-        raise SystemExit(2) from None
-    print_wide(verdict_table(verdicts))
-    if args.json is not None:
-        write_verdicts(args.json, str(args.baseline), str(args.current), verdicts)
-    if has_regression(verdicts):
-        raise SystemExit(1)
-    unresolved = [v for v in verdicts if v.verdict == NOT_ENOUGH]
-    if unresolved:
-        message = f"too noisy to catch twice {check.threshold:.0%} in {unresolved[0].trials[0]} pairs"
-        console.print(f"perf gate: {message}: failing", highlight=False)
-        raise SystemExit(1)
-
-
-if __name__ == "__main__":
-    main()
