@@ -274,11 +274,13 @@ def profile(
 
         llmbench profile configs/quickstart.yaml --torch --steps 5:10
     """
-    from llmbench.profiling.profile_run import profile_run
     from llmbench.profiling.steps import ProfileError, parse_steps, pick_tool
+    from llmbench.report import write_report
+    from llmbench.studies.profile_run import profile_run
 
     setup_logging(verbose)
     with exit_codes((ProfileError, ConfigFileError), failure="profile failed"):
         tool = pick_tool(use_nsys, use_torch)
         run_dir = profile_run(config, tool, parse_steps(steps), out, set_ or [], ctx.args)
-    console.print(f"profile: {run_dir / 'profile.json'}\nreport: {run_dir / 'report.html'}", highlight=False)
+        report = write_report([run_dir], run_dir)
+    console.print(f"profile: {run_dir / 'profile.json'}\nreport: {report}", highlight=False)
