@@ -89,6 +89,7 @@ def run(
     # torch and the engine load only now: every usage error above is reported without them
     from llmbench.backends.factory import make_backend
     from llmbench.engine.parallel.group import TensorParallelError
+    from llmbench.profiling.window import STEP_HOOK
     from llmbench.run.runner import run_benchmark
 
     # a ValueError: the model settings name something unusable (preset, path, device); Ctrl-C while
@@ -98,7 +99,7 @@ def run(
         (ValueError,), f"{config.name}: ", interruptible=True, breakdowns=(TensorParallelError,)
     )
     with sigterm_interrupts(), loading:
-        backend = make_backend(cfg)
+        backend = make_backend(cfg, STEP_HOOK)  # `llmbench profile` runs its workload by this command
 
     def failure() -> str:
         # a run that failed before its first row names no directory it never wrote
