@@ -1,5 +1,6 @@
 """The import graph of the installed packages llmbench, llmbench.engine and llmbench.kernels: no import
-circle, and every import on the toolkit's floors (docs/design/toolkit.md).
+circle, and every import on the toolkit's floors (docs/design/toolkit.md). Of the tests': no test module
+imports another.
 
 The graph is read from the source with `ast`, so every import counts: module level, inside functions and
 under TYPE_CHECKING. `from pkg import name` imports the submodule pkg.name when there is one, else pkg.
@@ -213,3 +214,16 @@ def test_the_packages_have_no_import_circle():
 def test_every_import_keeps_to_the_floors():
     breaches = floor_breaches(package_modules(), floors_of_page(FLOORS_PAGE.read_text()))
     assert not breaches, f"against the floors of {shown(FLOORS_PAGE)}:\n" + "\n".join(breaches)
+
+
+def test_no_test_module_imports_another():
+    # what tests share lives in a conftest.py or a helper module (tests/llmbench/run_dirs.py, say)
+    tests = Path(__file__).resolve().parent
+    modules = modules_under(tests.parent, tests)
+    found = [
+        f"{shown(path)}:{line}: imports {module}"
+        for name, path in modules.items()
+        for line, module in import_lines(name, path, modules)
+        if module.rpartition(".")[2].startswith("test_")
+    ]
+    assert not found, "test modules imported by others:\n" + "\n".join(found)
