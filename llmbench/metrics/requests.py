@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from llmbench.config.schema import SloConfig
-from llmbench.run.records import RequestRecord
+from llmbench.results.records import RequestRecord
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 

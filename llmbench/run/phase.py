@@ -10,23 +10,20 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from llmbench.backends.base import Backend
 from llmbench.config.schema import RunConfig
 from llmbench.engine.request import RequestOutput
 from llmbench.profiling.window import ProfileWindow
+from llmbench.results.records import RequestRecord
+from llmbench.run.progress import Progress
 from llmbench.run.recorder import DeferredOutputs, new_record, sampling_params
-from llmbench.run.records import RequestRecord
 from llmbench.run.result_files import ResultWriter
 from llmbench.run.samples import SampleCatcher
 from llmbench.run.sessions import Sessions
 from llmbench.run.step_rows import StepRows
 from llmbench.run.telemetry import Telemetry
 from llmbench.run.workload import WorkloadRequest
-
-if TYPE_CHECKING:
-    from llmbench.cli.console import RunProgress
 
 
 class RunStopped(RuntimeError):
@@ -40,7 +37,7 @@ class RunState:
     backend: Backend
     writer: ResultWriter
     config: RunConfig
-    progress: RunProgress | None
+    progress: Progress | None
     run_start: float
     steps: StepRows
     records: list[RequestRecord] = field(default_factory=list)

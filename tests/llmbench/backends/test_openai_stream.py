@@ -8,8 +8,8 @@ import pytest
 
 from llmbench.backends.openai_stream import UNKNOWN_TOKEN, StreamParser
 from llmbench.metrics.requests import latency_samples
+from llmbench.results.records import RequestRecord
 from llmbench.run.recorder import record_outputs
-from llmbench.run.records import RequestRecord
 
 
 def event(text: str, finish: str | None = None, **extra) -> bytes:

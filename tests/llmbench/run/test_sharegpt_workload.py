@@ -9,7 +9,7 @@ from llmbench.backends.base import ModelInfo
 from llmbench.config.load import parse_config
 from llmbench.run.plan import build_workload
 from llmbench.run.workload import WorkloadError
-from tests.llmbench.cli.test_cli_hostile import invoke, one_line_error
+from tests.llmbench.cli.command_line import invoke, one_line_error
 
 INFO = ModelInfo(vocab_size=512, eos_token_id=2, max_model_len=2048, special_token_ids=(1, 2))
 
