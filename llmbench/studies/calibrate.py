@@ -27,7 +27,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmbench.backends.client_capacity import DEFAULT_CHUNKS_PER_S, HostCapacity, save_capacity
+from llmbench.backends.client_capacity import (
+    DEFAULT_CHUNKS_PER_S,
+    STREAM_CHUNKS_PER_S,
+    HostCapacity,
+    save_capacity,
+)
 from llmbench.config.load import config_label, load_config
 from llmbench.engine.config import ConfigError
 from llmbench.mock_server import MockServer, MockSettings, StreamRecord
@@ -135,7 +140,8 @@ def _calibrate(
     data["fidelity"] = fidelity_error(rows, sent) | {"client": summary["client"]}
     write_json(out_dir / "calibrate.json", data)
 
-    capacity = MockSettings(ttft_ms=0, itl_ms=1, output_tokens=CAPACITY_TOKENS)
+    # the load backend.workers auto sizes for, so that the figure kept divides it
+    capacity = MockSettings(ttft_ms=0, itl_ms=1000 / STREAM_CHUNKS_PER_S, output_tokens=CAPACITY_TOKENS)
     data["capacity"] = []
     streams = 1
     while streams <= options.max_streams:
