@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 
@@ -15,6 +16,7 @@ from llmbench.backends.client_capacity import (
     load_capacity,
     save_capacity,
 )
+from llmbench.backends.openai import OpenAIBackend
 from llmbench.config.load import parse_config
 from llmbench.config.schema import ConfigError
 from llmbench.mock_server import MockServer, MockSettings
@@ -63,6 +65,18 @@ def test_auto_takes_more_workers_for_more_streams_by_the_hosts_figure(monkeypatc
     assert auto(1024).count == 1  # 2 cores: the runner's thread streams
     chosen = choose_workers(4, parse_config(RUN).workload)
     assert chosen == WorkerChoice(4, "4 stream workers (backend.workers: 4)")
+
+
+def test_the_run_logs_how_many_workers_it_took_and_why(caplog, monkeypatch, tmp_path):
+    monkeypatch.setenv("LLMBENCH_CACHE", str(tmp_path))
+    save_capacity(HostCapacity(chunks_per_s=190_000.0, streams=256, lag_bound_ms=10.0, measured="2026-12-07"))
+    with MockServer(MockSettings(ttft_ms=0, itl_ms=1, output_tokens=2)) as mock:
+        backend = OpenAIBackend()
+        with caplog.at_level(logging.INFO, logger="llmbench.backends.openai"):
+            backend.start(config(mock.url))
+        backend.close()
+    expected = "client: 1 stream worker for 6 streams (this host sustained 190k chunks/s per worker, "
+    assert expected + "calibrate 2026-12-07)" in caplog.messages
 
 
 def test_a_figure_of_another_version_is_not_used(monkeypatch, tmp_path):
