@@ -9,6 +9,8 @@ from llmbench.engine.config import EngineConfig
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.request import SamplingParams
 from llmbench.engine.serving.engine_loop import RECORDS_EVERY_S
+from llmbench.engine.serving.generation import Choice
+from llmbench.engine.serving.responses import Shape
 
 from tests.engine.helpers import TINY_CPU
 
@@ -101,6 +103,15 @@ def test_chat_streamed_and_whole(client, server):
     assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
 
 
+def test_a_chat_chunk_without_text_has_an_empty_delta_as_openai_sends_it():
+    # the finish chunk of a stream whose last token brought no text (a stop token, say)
+    choice = Choice(0, "r", [5], detokenizer=None, finish_reason="length")
+    chunk = Shape(chat=True, model="tiny", return_token_ids=False).chunk_choice(choice, "", [], first=False)
+    assert chunk["delta"] == {} and chunk["finish_reason"] == "length"
+    first = Shape(chat=True, model="tiny", return_token_ids=False).chunk_choice(choice, "", [], first=True)
+    assert first["delta"] == {"role": "assistant", "content": ""}
+
+
 def test_a_stop_string_ends_the_text_before_it(client):
     free = client.completions.create(
         model="tiny", prompt=PROMPTS[0], max_tokens=12, temperature=0, extra_body={"ignore_eos": True}
@@ -160,6 +171,12 @@ def test_bad_input_is_a_4xx_with_a_message(server, path, body, status, message):
         )
         assert response.status_code == status, response.text
         assert message in response.json()["error"]["message"]
+
+
+def test_an_unknown_model_is_a_not_found_error_as_vllm_names_it(client):
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.completions.create(model="gpt-4", prompt="hi", max_tokens=2)
+    assert caught.value.body["type"] == "NotFoundError" and caught.value.body["code"] == 404
 
 
 def test_unknown_fields_are_ignored_and_the_server_still_serves(server):
