@@ -128,10 +128,11 @@ def _shift(value, shift: float):
 
 
 def error_message(body: str) -> str:
-    """The message of an OpenAI-style error body, else the body itself, on one line."""
+    """The message of an OpenAI-style error body (or a FastAPI one's detail), else the body itself, on
+    one line."""
     try:
         data = json.loads(body)
-        error = data.get("error", data) if isinstance(data, dict) else data
+        error = (data.get("error") or data.get("detail") or data) if isinstance(data, dict) else data
         message = error.get("message", error) if isinstance(error, dict) else error
         text = message if isinstance(message, str) else json.dumps(message)
     except ValueError:
