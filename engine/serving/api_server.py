@@ -118,6 +118,15 @@ def build_app(state: ServerState) -> FastAPI:
     async def metrics() -> Response:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> Response:
+        """vLLM's and SGLang's: forget every cached prefix, so a benchmark trial starts cold."""
+        try:
+            state.engine.reset_prefix_cache()
+        except EngineDeadError as e:
+            return _error(str(e), 503)
+        return Response(status_code=200)
+
     @app.post("/step_records/drain")
     async def drain_step_records() -> Response:
         """llmbench's own: the engine's step records since the last call, as msgpack (`backend.type:

@@ -13,6 +13,7 @@ from llmbench.engine.serving.generation import Choice
 from llmbench.engine.serving.responses import Shape
 
 from tests.engine.helpers import TINY_CPU
+from tests.engine.serving.servers import start_server
 
 PROMPTS = [[(11 * i + j) % 500 + 3 for j in range(4 + 7 * i)] for i in range(3)]
 
@@ -190,6 +191,32 @@ def engine_steps(server) -> float:
     """Engine steps recorded so far (none before the first drain)."""
     labels = {"model_name": "tiny"}
     return server.state.metrics.registry.get_sample_value("llmbench:step_cpu_ms_count", labels) or 0.0
+
+
+@pytest.fixture(params=["in process", "split core"])
+def any_server(request, server):
+    if request.param == "in process":
+        yield server
+        return
+    split = start_server(process_split=True)
+    yield split
+    split.stop()
+
+
+def test_usage_counts_cached_prompt_tokens_until_the_cache_is_reset(any_server):
+    server = any_server
+    # 80 tokens: four full 16-token blocks, of which the last token's is never served from cache
+    body = {"prompt": [(7 * j) % 500 + 3 for j in range(80)], "max_tokens": 2, "ignore_eos": True}
+
+    def cached() -> int:
+        response = httpx.post(server.url + "/v1/completions", json=body)
+        return response.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    first = cached()
+    assert cached() == 64 and first < 64  # the repeat finds the first's four full blocks but the last
+    assert httpx.post(server.url + "/reset_prefix_cache").status_code == 200
+    assert cached() == 0
+    assert server.check_empty() is None
 
 
 def test_a_disconnect_mid_stream_aborts_the_request_and_frees_its_blocks(server):
