@@ -40,8 +40,14 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None  # prompt tokens the server's prefix cache held (vLLM, SGLang, ours)
+
+
 class _Usage(msgspec.Struct):
     completion_tokens: int
+    prompt_tokens: int | None = None  # as the server counted them: a chat template's tokens included
+    prompt_tokens_details: _PromptDetails | None = None
 
 
 class _Chunk(msgspec.Struct):
@@ -68,6 +74,8 @@ class StreamReader:
     last_arrival: float | None = None
     finish_reason: str | None = None
     completion_tokens: int | None = None  # from usage
+    prompt_tokens: int | None = None  # from usage
+    cached_tokens: int | None = None  # from usage.prompt_tokens_details
     server_times: dict = field(default_factory=dict)
 
     def feed(self, data: str | bytes, now: float) -> list[ServedOutput]:
@@ -94,7 +102,10 @@ class StreamReader:
             self.counted += len(ids)
             self.last_arrival = now
         if chunk.usage is not None:
-            self.completion_tokens = chunk.usage.completion_tokens
+            usage = chunk.usage
+            self.completion_tokens, self.prompt_tokens = usage.completion_tokens, usage.prompt_tokens
+            if usage.prompt_tokens_details is not None:
+                self.cached_tokens = usage.prompt_tokens_details.cached_tokens
         if chunk.server_timestamps:
             self.server_times = chunk.server_timestamps
         return ids
@@ -110,7 +121,9 @@ class StreamReader:
         rest = [UNKNOWN_TOKEN] * max(0, total - self.counted)
         when = self.last_arrival if self.last_arrival is not None else time.perf_counter()
         served = self._client_clock(wall_offset)
-        return ServedOutput(self.request_id, rest, True, reason, error, when, server_timestamps=served)
+        last = ServedOutput(self.request_id, rest, True, reason, error, when, server_timestamps=served)
+        last.prompt_tokens, last.cached_tokens = self.prompt_tokens, self.cached_tokens
+        return last
 
     def _client_clock(self, wall_offset: float) -> dict | None:
         """The server's timestamps on this process's perf_counter clock, or None without them."""

@@ -98,7 +98,11 @@ def record_output(record: RequestRecord, output: RequestOutput, arrival: float, 
 
 
 def _record_served(record: RequestRecord, output: ServedOutput, shift: float) -> None:
-    """An HTTP request's server timestamps and client phases, moved by `shift` onto the run's clock."""
+    """An HTTP request's server timestamps and client phases, moved by `shift` onto the run's clock, and
+    its prompt as the server counted it."""
+    if output.prompt_tokens is not None:
+        record.planned_prompt_len, record.prompt_len = record.prompt_len, output.prompt_tokens
+    record.cached_prompt_tokens = output.cached_tokens
     if output.server_timestamps:
         record.server_timestamps = {
             key: [t + shift for t in value] if isinstance(value, list) else value + shift

@@ -48,6 +48,10 @@ class RequestRecord:
     first_byte_time: float | None = None
     session: int | None = None  # a multi-turn session's index, and the turn (1 for the first)
     turn: int | None = None
+    # where the server's usage counts the prompt: prompt_len is its count (a chat template's tokens
+    # included) and this the workload's; cached_prompt_tokens, those its prefix cache held
+    planned_prompt_len: int | None = None
+    cached_prompt_tokens: int | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -83,7 +87,15 @@ HTTP_PHASE_COLUMNS = (
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
 # keys only some runs have (a served run's timestamps, a ramp's rate, an HTTP client's phases): rows of
 # other runs leave them out
-_ONLY_WHEN_SET = ("server_timestamps", "offered_rate", "session", "turn", *HTTP_PHASE_COLUMNS)
+_ONLY_WHEN_SET = (
+    "server_timestamps",
+    "offered_rate",
+    "session",
+    "turn",
+    *HTTP_PHASE_COLUMNS,
+    "planned_prompt_len",
+    "cached_prompt_tokens",
+)
 
 
 def load_requests(run_dir: str | Path) -> list[RequestRecord]:
