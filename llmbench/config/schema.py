@@ -234,6 +234,8 @@ class BackendConfig:
     ray_connect_timeout_s: float = bounded(30.0, gt=0, le=MAX_SECONDS)
     # summary.json's client.client_limited when the schedule lag's p99 passes this (metrics/client.py)
     client_lag_bound_ms: float = bounded(10.0, ge=0, le=MAX_SECONDS * 1000)
+    # POST the server's /reset_prefix_cache before every timed trial: no trial finds a warm cache
+    reset_prefix_cache: bool = False
 
     def __post_init__(self) -> None:
         if self.type == "openai" and not self.url:
@@ -244,6 +246,8 @@ class BackendConfig:
             raise ConfigError("prompt_format", "the chat endpoint takes text: set prompt_format: text")
         if self.workers != 1 and self.type not in HTTP_BACKENDS:
             raise ConfigError("workers", "stream workers send HTTP: backend.type openai or server")
+        if self.reset_prefix_cache and self.type not in HTTP_BACKENDS:
+            raise ConfigError("reset_prefix_cache", "resets a server's cache: backend.type openai or server")
         if self.ray_address is not None:
             if not re.fullmatch(r"auto|local|ray://\S+|[^\s/:]+:\d+", self.ray_address):
                 got = clip(repr(self.ray_address), 60)

@@ -16,6 +16,7 @@ from llmbench.backends.base import Backend
 from llmbench.config.schema import RunConfig
 from llmbench.engine.request import RequestOutput
 from llmbench.profiling.window import ProfileWindow
+from llmbench.run.prefix_cache import PrefixIndex
 from llmbench.run.recorder import DeferredOutputs, new_record, sampling_params
 from llmbench.run.records import RequestRecord
 from llmbench.run.result_files import ResultWriter
@@ -48,6 +49,7 @@ class RunState:
     not_started: int = 0  # of the current phase: requests without a token when it was cut short
     telemetry: Telemetry | None = None  # the GPU and the server's /metrics during timed trials
     samples: SampleCatcher = field(default_factory=SampleCatcher)  # a few completions, for the report
+    prefixes: PrefixIndex = field(default_factory=PrefixIndex)  # the current phase's prompts so far
 
 
 def run_phase(
@@ -68,6 +70,7 @@ def run_phase(
     live: dict[str, RequestRecord] = {}  # by backend request id
     deferred = DeferredOutputs(live, state.run_start, state.backend.stamps_outputs, save_tokens or sessions)
     state.not_started = 0
+    state.prefixes = PrefixIndex()
     sampled_phase = trial == 0 and not warmup
     if state.progress:
         state.progress.phase(label, len(requests))
@@ -153,6 +156,7 @@ def _submit(
     config = state.config
     record = new_record(request, trial, warmup, submit_time - state.run_start, config.output.save_tokens)
     params = sampling_params(request, config.workload)
+    state.prefixes.add(request.request_id, request.prompt_token_ids)
     state.backend.submit(backend_id, request.prompt_token_ids, params, due)
     return record
 

@@ -190,6 +190,7 @@ def render(page: Page) -> str:
             "recomputed from the requests that completed before it stopped.</p>"
         )
     parts += _client_flags(page)
+    parts += _run_warnings(page)
     parts += [f"<p>{esc(line)}</p>" for line in _study_lines(page)]
     columns = sources(page)
     if columns:
@@ -237,6 +238,15 @@ def _client_flags(page: Page) -> list[str]:
                 "(llmbench calibrate measures it).</p>"
             )
     return flags
+
+
+def _run_warnings(page: Page) -> list[str]:
+    """summary.json's warnings, each run's: what its figures must be read with (a warm prefix cache)."""
+    return [
+        f'<p><span class="incomplete">WARNING</span> {esc(label)}: {esc(warning)}</p>'
+        for label, summary in sources(page)
+        for warning in summary.get("warnings") or ()
+    ]
 
 
 def _has_gpu(steps: dict[str, Any]) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from llmbench.config.load import parse_config
+from llmbench.report import write_report
 from llmbench.run.records import load_requests
 from llmbench.run.runner import run_benchmark
 from tests.engine.serving.servers import start_server
@@ -46,3 +47,42 @@ def test_a_repeated_prompt_counts_its_cached_tokens(server, tmp_path):
     assert all(r.cached_prompt_tokens == 32 for r in again)  # two full 16-token blocks of 40
     assert all(r.prompt_len == r.planned_prompt_len == 40 for r in first + again)
     assert sum(r.cached_prompt_tokens for r in first) < 32 * len(first)
+
+
+def test_a_warm_cache_is_warned_of_and_a_reset_empties_it(server, tmp_path):
+    seed = "workload.seed=7"  # prompts no other test sends
+    cold = run(server, tmp_path / "cold", seed)
+    warm = run(server, tmp_path / "warm", seed)  # the same prompts: the first run warmed the cache
+    reset = run(server, tmp_path / "reset", seed, "backend.reset_prefix_cache=true")
+    assert "warnings" not in cold.summary and cold.summary["metrics"]["warm_cache_requests"] == 0
+    assert warm.summary["metrics"]["warm_cache_requests"] == 4
+    assert warm.summary["warnings"][0].startswith("trial 1: 4 of 4 requests found 128 prompt tokens")
+    assert "backend.reset_prefix_cache: true" in warm.summary["warnings"][0]
+    page = write_report([tmp_path / "warm"], tmp_path / "warm").read_text()
+    assert "WARNING</span> " in page and "prefix cache that no earlier request" in page
+    assert "warnings" not in reset.summary and reset.summary["metrics"]["cached_prompt_tokens"] == 0
+
+
+def test_a_shared_prefix_the_trial_itself_fills_is_no_warning(server, tmp_path):
+    # four requests of one 32-token prefix: the three after the first find it in the cache
+    result = run(
+        server,
+        tmp_path / "run",
+        "workload.seed=8",
+        "workload.prefix.groups=1",
+        "workload.prefix.prefix_len=32",
+    )
+    assert result.summary["metrics"]["cached_prompt_tokens"] >= 3 * 32
+    assert result.summary["metrics"]["warm_cache_requests"] == 0 and "warnings" not in result.summary
+
+
+def test_a_server_that_cannot_reset_stops_the_run_naming_the_setting(tmp_path):
+    from llmbench.mock_server import MockServer, MockSettings
+
+    with MockServer(MockSettings(ttft_ms=0, itl_ms=0)) as mock:
+        config = parse_config(
+            RUN, ["backend.type=openai", f"backend.url={mock.url}", "backend.reset_prefix_cache=true"]
+        )
+        with pytest.raises(ValueError, match=r"^backend\.reset_prefix_cache: the server refuses .*HTTP 404"):
+            run_benchmark(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

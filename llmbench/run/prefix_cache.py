@@ -1,0 +1,99 @@
+"""A trial against the server's prefix cache: emptying it first (backend.reset_prefix_cache) and telling
+when the trial's prompts found cached tokens that none of its own earlier requests put there, a cache
+an earlier run, trial or warm-up warmed, which makes TTFT look better than a cold server gives.
+
+A request's cached tokens (usage.prompt_tokens_details.cached_tokens) are explained by the prompts sent
+before it in the same trial (the longest prefix it shares with one of them, counted in whole 16-token
+blocks, vLLM's default block size) plus the tokens the server added itself (a chat template's, the
+server's prompt count less the planned one); a request past that by a block or more was served from a
+cache the trial did not fill."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+from llmbench.config.schema import RunConfig
+from llmbench.run.records import RequestRecord
+
+logger = logging.getLogger(__name__)
+
+BLOCK = 16
+RESET_PATHS = ("/reset_prefix_cache", "/flush_cache")  # vLLM's (and ours), then SGLang's
+RESET_TIMEOUT_S = 60.0
+
+
+class PrefixIndex:
+    """The prompts a trial has sent so far, as chained hashes of their whole blocks: how much of each
+    new prompt an earlier one shares. A set of ints, one a block, not the prompts themselves."""
+
+    def __init__(self) -> None:
+        self._blocks: set[int] = set()
+        self.shared: dict[str, int] = {}  # request id -> prompt tokens an earlier request shares
+
+    def add(self, request_id: str, prompt_token_ids: Sequence[int]) -> None:
+        key, matched, shared = 0, True, 0
+        for start in range(0, len(prompt_token_ids) - BLOCK + 1, BLOCK):
+            key = hash((key, *prompt_token_ids[start : start + BLOCK]))
+            if matched and key in self._blocks:
+                shared += BLOCK
+            else:
+                matched = False
+                self._blocks.add(key)
+        self.shared[request_id] = shared
+
+
+def uncaused_hits(records: Sequence[RequestRecord], index: PrefixIndex) -> list[RequestRecord]:
+    """The trial's requests whose cached prompt tokens its own earlier requests do not explain."""
+    found = []
+    for record in records:
+        if record.cached_prompt_tokens is None or record.warmup:
+            continue
+        added = record.prompt_len - record.planned_prompt_len if record.planned_prompt_len is not None else 0
+        if record.cached_prompt_tokens >= index.shared.get(record.id, 0) + max(0, added) + BLOCK:
+            found.append(record)
+    return found
+
+
+def warm_cache_warning(trial: int, hits: list[RequestRecord], total: int) -> str:
+    tokens = sum(r.cached_prompt_tokens for r in hits)
+    return (
+        f"trial {trial + 1}: {len(hits)} of {total} requests found {tokens:,} prompt tokens in the server's "
+        "prefix cache that no earlier request of the trial put there (an earlier run, trial or warm-up "
+        "warmed it, so TTFT is better than a cold server's); set backend.reset_prefix_cache: true"
+    )
+
+
+def reset_url(config: RunConfig, backend: object) -> str | None:
+    """The root of the server whose prefix cache backend.reset_prefix_cache empties (None: not set)."""
+    if not config.backend.reset_prefix_cache:
+        return None
+    if config.backend.type == "server":
+        return backend.url
+    parts = urlsplit(config.backend.url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def reset_prefix_cache(root: str, headers: dict[str, str]) -> None:
+    """POST the server's reset; ValueError naming backend.reset_prefix_cache when it refuses."""
+    import httpx
+
+    answers = []
+    for path in RESET_PATHS:
+        try:
+            response = httpx.post(root + path, headers=headers, timeout=RESET_TIMEOUT_S)
+        except httpx.HTTPError as e:
+            raise ValueError(
+                f"backend.reset_prefix_cache: POST {root}{path}: {type(e).__name__}: {e}"
+            ) from None
+        if response.is_success:
+            logger.info("prefix cache reset: POST %s%s", root, path)
+            return
+        answers.append(f"POST {root}{path} answered HTTP {response.status_code}")
+        if response.status_code != 404:
+            break
+    raise ValueError(
+        f"backend.reset_prefix_cache: the server refuses to reset its prefix cache ({'; '.join(answers)}); "
+        "vLLM takes it with VLLM_SERVER_DEV_MODE=1, SGLang and llmbench serve always, else set it false"
+    )
