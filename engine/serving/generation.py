@@ -170,6 +170,7 @@ class Generation:
                 len(choice.prompt_token_ids),
                 len(choice.token_ids),
                 choice.finish_reason,
+                choice.cached_tokens,
             )
         choice.text += delta
         return delta

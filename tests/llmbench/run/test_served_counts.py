@@ -58,6 +58,9 @@ def test_a_warm_cache_is_warned_of_and_a_reset_empties_it(server, tmp_path):
     assert warm.summary["metrics"]["warm_cache_requests"] == 4
     assert warm.summary["warnings"][0].startswith("trial 1: 4 of 4 requests found 128 prompt tokens")
     assert "backend.reset_prefix_cache: true" in warm.summary["warnings"][0]
+    # the server's own counters say the same
+    assert warm.summary["server_metrics"]["prefix_cache_hit_rate_by_trial"][0] > 0.5
+    assert reset.summary["server_metrics"]["prefix_cache_hit_rate_by_trial"] == [0.0]
     page = write_report([tmp_path / "warm"], tmp_path / "warm").read_text()
     assert "WARNING</span> " in page and "prefix cache that no earlier request" in page
     assert "warnings" not in reset.summary and reset.summary["metrics"]["cached_prompt_tokens"] == 0
