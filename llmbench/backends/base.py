@@ -42,6 +42,10 @@ class ServedOutput(RequestOutput):
     server_timestamps: dict[str, Any] | None = None
     http_phases: dict[str, float | None] | None = None  # the finished one's: openai_stream.HTTP_PHASES
     submitted: float | None = None  # a stream's first, without tokens: when its loop meant it to start
+    # a stream's first, when the backend made the prompt's text (and tokens are saved): the text sent
+    # and the ids it encodes to, which differ from the workload's once the text was adjusted
+    prompt: str | None = None
+    prompt_token_ids: list[int] | None = None
     prompt_tokens: int | None = None  # the finished one's: the server's usage, where it reports them
     cached_tokens: int | None = None  # the finished one's: of those, the ones its prefix cache held
 

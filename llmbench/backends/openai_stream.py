@@ -171,8 +171,10 @@ def _clip(data: str | bytes) -> str:
 class StreamParser:
     """One request's reads, as the stream loop hands them over, turned into its outputs."""
 
-    def __init__(self, request_id: str, chat: bool):
+    def __init__(self, request_id: str, chat: bool, sent: tuple[str, list[int]] | None = None):
+        """`sent`: the prompt's text and its ids, where the backend made the text, for the first output."""
         self.reader = StreamReader(request_id, chat)
+        self.sent = sent
         self.done = False  # its last output is out: nothing more of the stream is of use
         self._pending = b""  # the start of a line the next read completes
         self._ended = False  # [DONE] seen
@@ -183,7 +185,10 @@ class StreamParser:
         message), or its start (its submit time); `wall_offset` as StreamReader.finished takes it."""
         try:
             if isinstance(data, float):
-                return [ServedOutput(self.reader.request_id, [], t_emit=stamp, submitted=data)]
+                first = ServedOutput(self.reader.request_id, [], t_emit=stamp, submitted=data)
+                if self.sent is not None:
+                    first.prompt, first.prompt_token_ids = self.sent
+                return [first]
             if isinstance(data, bytes):
                 if self._phases[4] is None:
                     self._phases[4] = stamp

@@ -89,6 +89,8 @@ def record_output(record: RequestRecord, output: RequestOutput, arrival: float, 
             record.output_token_ids.extend(output.new_token_ids)
     elif isinstance(output, ServedOutput) and output.submitted is not None:  # its stream loop began it
         record.submit_time = output.submitted + arrival - output.t_emit
+        if output.prompt is not None:  # the text the backend made of the prompt: what the server got
+            record.prompt, record.prompt_token_ids = output.prompt, output.prompt_token_ids
     if output.finished:
         record.finish_reason = output.finish_reason.value if output.finish_reason else None
         record.error = output.error

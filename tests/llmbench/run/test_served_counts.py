@@ -89,3 +89,18 @@ def test_a_server_that_cannot_reset_stops_the_run_naming_the_setting(tmp_path):
         with pytest.raises(ValueError, match=r"^backend\.reset_prefix_cache: the server refuses .*HTTP 404"):
             run_benchmark(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_saved_text_prompts_are_the_text_sent_and_its_tokens(server, tmp_path):
+    from llmbench.backends.prompt_text import PromptText
+
+    overrides = ["backend.prompt_format=text", "output.save_tokens=true", "workload.seed=9"]
+    run(server, tmp_path / "run", *overrides)
+    tokenizer = PromptText(
+        parse_config(RUN, ["backend.type=openai", "backend.url=http://x", *overrides])
+    ).tokenizer
+    records = load_requests(tmp_path / "run")
+    assert len(records) == 4
+    for record in records:
+        assert record.prompt and len(record.prompt_token_ids) == 40
+        assert tokenizer.encode(record.prompt, add_special_tokens=False).ids == record.prompt_token_ids
