@@ -23,6 +23,7 @@ class BundledBackend:
     # takes several polls for one step
     profiles_own_steps = True
     keeps_concurrency = False
+    served_model = None
 
     def start(self, config: RunConfig) -> None:
         if config.engine.process_split:

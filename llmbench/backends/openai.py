@@ -61,6 +61,7 @@ class OpenAIBackend:
         shape = model_shape(config.model)
         max_len = card.get("max_model_len") or resolve_max_model_len(config.engine.max_model_len, shape)
         self.model_info = ModelInfo.from_shape(shape, max_len)
+        self.served_model = self._form.model
         self._text = PromptText(config) if backend.prompt_format == "text" else None
         self._save = config.output.save_tokens
         self._encode = msgspec.json.Encoder().encode

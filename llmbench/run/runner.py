@@ -129,6 +129,8 @@ def run_benchmark(
             samples = state.samples.texts(config)
             if samples:
                 summary["samples"] = samples
+            if backend.served_model is not None:
+                summary["served_model"] = backend.served_model
             if warnings:
                 summary["warnings"] = warnings
             if stopped:
