@@ -16,6 +16,7 @@ from llmbench.backends.base import Backend
 from llmbench.config.schema import RunConfig
 from llmbench.engine.request import RequestOutput
 from llmbench.profiling.window import ProfileWindow
+from llmbench.run.cancel import CANCELLED, Cancels
 from llmbench.run.prefix_cache import PrefixIndex
 from llmbench.run.recorder import DeferredOutputs, new_record, sampling_params
 from llmbench.run.records import RequestRecord
@@ -68,6 +69,9 @@ def run_phase(
     sessions = isinstance(requests, Sessions)
     pending = requests.queue() if sessions else deque(requests)
     live: dict[str, RequestRecord] = {}  # by backend request id
+    cancel = state.config.workload.cancel
+    cancels = Cancels(cancel, state.config.workload.seed, trial) if cancel.rate and not warmup else None
+    hang_ups: dict[str, RequestRecord] = {}  # live requests the client will cancel, by backend id
     deferred = DeferredOutputs(live, state.run_start, state.backend.stamps_outputs, save_tokens or sessions)
     state.not_started = 0
     state.prefixes = PrefixIndex()
@@ -101,6 +105,8 @@ def run_phase(
                     # stamped at its due time, as a server would have received it then
                     submit = max(due, slot_opened)
                     live[backend_id] = _submit(state, backend_id, request, trial, warmup, submit, submit)
+                if cancels is not None and cancels.chosen(request.request_id):
+                    hang_ups[backend_id] = live[backend_id]
                 if sampled_phase:
                     state.samples.want(backend_id, request.prompt_token_ids, request.prompt)
             if not live:
@@ -117,6 +123,8 @@ def run_phase(
                 failed += sum(not record.succeeded for record in finished)
                 if sessions:
                     pending.finished(finished, arrival - phase_start, release=not save_tokens)
+            if hang_ups:
+                aborted += _hang_up(state, deferred, hang_ups, cancels, arrival - state.run_start)
             if timeout is not None:
                 overdue = _abort_overdue(state, deferred, arrival - state.run_start - timeout, timeout)
                 failed += overdue
@@ -178,6 +186,31 @@ def _abort_overdue(state: RunState, deferred: DeferredOutputs, cutoff: float, ti
     return len(overdue)
 
 
+def _hang_up(
+    state: RunState,
+    deferred: DeferredOutputs,
+    hang_ups: dict[str, RequestRecord],
+    cancels: Cancels,
+    now: float,
+) -> int:
+    """Cancel the chosen requests whose moment has come (`now`, run-relative): the client closes their
+    streams, and their rows end as cancelled, not failed. Returns how many."""
+    deferred.record()  # their tokens so far: the count decides, and goes into the rows
+    live = deferred.live
+    for backend_id in [b for b in hang_ups if b not in live]:
+        del hang_ups[backend_id]  # finished before its moment
+    due = [backend_id for backend_id, record in hang_ups.items() if cancels.due(record, now)]
+    records = []
+    for backend_id in due:
+        state.backend.abort(backend_id)
+        del hang_ups[backend_id]
+        record = live.pop(backend_id)
+        record.finish_reason = CANCELLED
+        records.append(record)
+    _finish(state, records)
+    return len(due)
+
+
 def _poll(state: RunState, while_waiting: Callable[[], object] | None = None) -> Iterable[RequestOutput]:
     """One engine step (in-process), counted by the profile window like every other step."""
     if state.window is not None:
@@ -186,7 +219,8 @@ def _poll(state: RunState, while_waiting: Callable[[], object] | None = None) ->
 
 
 def _drain(state: RunState) -> None:
-    """Step until timed-out requests have left the backend, so the next phase starts from an empty one."""
+    """Step until timed-out and cancelled requests have left the backend, so the next phase starts from
+    an empty one."""
     while state.backend.has_unfinished():
         _poll(state)
 
