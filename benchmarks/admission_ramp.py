@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from llmbench.run.records import load_requests
+from llmbench.results.records import load_requests
 from llmbench.run.summary import load_summary
 
 

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from llmbench.run.result_files import write_atomic
+from llmbench.results.files import write_atomic
 
 TORCH = "python -c 'import torch'"
 

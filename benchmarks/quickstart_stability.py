@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from llmbench.run.result_files import write_atomic
+from llmbench.results.files import write_atomic
 from llmbench.run.summary import load_summary
 
 log = logging.getLogger("quickstart_stability")

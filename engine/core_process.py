@@ -45,7 +45,7 @@ def run_core(inbox: str, outbox: str, parent_pid: int, log_level: int, step_hook
             if os.getppid() != parent_pid:
                 return  # the frontend died before sending the config
         config = msg.config_decoder.decode(pull.recv())
-        _CoreLoop(config, pull, push, parent_pid, _make_step_hook(step_hook)).run()
+        _CoreLoop(config, pull, push, parent_pid, make_step_hook(step_hook)).run()
     except Exception as e:
         push.send(msg.encoder.encode(msg.Failed(type(e).__name__, str(e), traceback.format_exc())))
     finally:
@@ -54,7 +54,8 @@ def run_core(inbox: str, outbox: str, parent_pid: int, log_level: int, step_hook
         context.term()
 
 
-def _make_step_hook(spec: str | None) -> Any:
+def make_step_hook(spec: str | None) -> Any:
+    """The step hook that "module:function" makes (None without one), in the process that steps."""
     if not spec:
         return None
     module, _, function = spec.partition(":")

@@ -9,12 +9,9 @@ from llmbench.backends.base import ModelInfo
 from llmbench.config.schema import RunConfig
 from llmbench.engine.check import assert_engine_empty
 from llmbench.engine.core_client import EngineCoreClient
+from llmbench.engine.core_process import make_step_hook
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.request import RequestOutput, SamplingParams
-from llmbench.profiling.window import window_from_env
-
-# a split core opens that window in its own process
-CORE_STEP_HOOK = "llmbench.profiling.window:window_from_env"
 
 
 class BundledBackend:
@@ -24,12 +21,18 @@ class BundledBackend:
     profiles_own_steps = True
     keeps_concurrency = False
     served_model = None
+    step_hook: str | None = None  # also for a subclass with an __init__ of its own
+
+    def __init__(self, step_hook: str | None = None):
+        """step_hook: "module:function" making what the engine calls at each step (engine/core_process.py),
+        as `llmbench profile`'s window: named, not passed, since a split core makes it in its own process."""
+        self.step_hook = step_hook
 
     def start(self, config: RunConfig) -> None:
         if config.engine.process_split:
-            self.engine = EngineCoreClient(config.engine, CORE_STEP_HOOK)
+            self.engine = EngineCoreClient(config.engine, self.step_hook)
         else:
-            self.engine = LLMEngine(config.engine, window_from_env())
+            self.engine = LLMEngine(config.engine, make_step_hook(self.step_hook))
         self.model_info = ModelInfo.from_shape(self.engine.executor.shape, self.engine.executor.max_model_len)
 
     def submit(

@@ -8,8 +8,9 @@ from llmbench.backends.base import Backend
 from llmbench.config.schema import RunConfig
 
 
-def make_backend(config: RunConfig) -> Backend:
-    """The backend named by config.backend.type, started."""
+def make_backend(config: RunConfig, step_hook: str | None = None) -> Backend:
+    """The backend named by config.backend.type, started. `step_hook` names what the bundled engine calls
+    at each of its steps (backends/bundled.py): the other backends' steps are not this process's."""
     from llmbench.device.environment import apply_cpu_threads
 
     apply_cpu_threads(config.hardware.cpu_threads)  # before any model loads or engine process starts
@@ -32,6 +33,6 @@ def make_backend(config: RunConfig) -> Backend:
     else:
         from llmbench.backends.bundled import BundledBackend
 
-        backend = BundledBackend()
+        backend = BundledBackend(step_hook)
     backend.start(config)
     return backend

@@ -89,6 +89,7 @@ def run(
     # torch and the engine load only now: every usage error above is reported without them
     from llmbench.backends.factory import make_backend
     from llmbench.engine.parallel.group import TensorParallelError
+    from llmbench.profiling.window import STEP_HOOK
     from llmbench.run.runner import run_benchmark
 
     # a ValueError: the model settings name something unusable (preset, path, device); Ctrl-C while
@@ -97,7 +98,7 @@ def run(
     label = f"{config_label(config)}: "  # the schema's errors begin so too
     loading = exit_codes((ValueError,), label, interruptible=True, breakdowns=(TensorParallelError,))
     with sigterm_interrupts(), loading:
-        backend = make_backend(cfg)
+        backend = make_backend(cfg, STEP_HOOK)  # `llmbench profile` runs its workload by this command
 
     def failure() -> str:
         # a run that failed before its first row names no directory it never wrote
@@ -248,11 +249,13 @@ def profile(
 
         llmbench profile configs/quickstart.yaml --torch --steps 5:10
     """
-    from llmbench.profiling.profile_run import profile_run
     from llmbench.profiling.steps import ProfileError, parse_steps, pick_tool
+    from llmbench.report import write_report
+    from llmbench.studies.profile_run import profile_run
 
     setup_logging(verbose)
     with exit_codes((ProfileError, ConfigFileError), failure="profile failed"):
         tool = pick_tool(use_nsys, use_torch)
         run_dir = profile_run(config, tool, parse_steps(steps), out, set_ or [], ctx.args)
-    console.print(f"profile: {run_dir / 'profile.json'}\nreport: {run_dir / 'report.html'}", highlight=False)
+        report = write_report([run_dir], run_dir)
+    console.print(f"profile: {run_dir / 'profile.json'}\nreport: {report}", highlight=False)

@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from llmbench.cli.console import console
-from llmbench.run.result_files import write_atomic
+from llmbench.results.files import write_atomic
 
 logger = logging.getLogger("llmbench")
 

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from llmbench.device.clocks import describe as describe_clock
-from llmbench.run.records import RequestRecord
+from llmbench.results.records import RequestRecord
 
 console = Console(stderr=True)
 
@@ -26,7 +26,8 @@ def setup_logging(verbose: bool = False) -> None:
 
 
 class RunProgress:
-    """A live bar per phase: completed requests and output tokens per second so far."""
+    """A live bar per phase: completed requests and output tokens per second so far (the Progress a run
+    reports to, run/progress.py)."""
 
     def __init__(self) -> None:
         self._progress = Progress(

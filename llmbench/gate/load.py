@@ -14,7 +14,7 @@ from pathlib import Path
 
 from llmbench.device.clocks import clock_mismatch
 from llmbench.metrics.steps import summarize_steps
-from llmbench.run.result_files import load_steps
+from llmbench.results.files import load_steps
 
 log = logging.getLogger(__name__)
 

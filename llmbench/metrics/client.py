@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmbench.backends.loop_monitor import spread_ms
-from llmbench.run.records import RequestRecord
+from llmbench.results.records import RequestRecord
 
 # a loop's process this busy is at its one core (the GIL): the client, not the server, sets the pace
 CPU_BOUND_FRACTION = 0.9

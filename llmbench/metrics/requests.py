@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 
 from llmbench.config.schema import SloConfig
-from llmbench.run.cancel import CANCELLED
-from llmbench.run.records import RequestRecord
+from llmbench.results.records import CANCELLED, RequestRecord
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 

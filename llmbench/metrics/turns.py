@@ -9,7 +9,7 @@ from typing import Any
 
 from llmbench.config.schema import SloConfig
 from llmbench.metrics.requests import compute_metrics
-from llmbench.run.records import RequestRecord
+from llmbench.results.records import RequestRecord
 
 LATENCY_SUFFIXES = ("_ttft_ms", "_tpot_ms", "_e2el_ms")
 

@@ -1,2 +1,3 @@
-"""Profiling: NVTX ranges (engine/nvtx_ranges.py), `llmbench profile --nsys` with its stats folded
-into profile.json, and a torch.profiler fallback for machines without Nsight Systems."""
+"""Profiling: NVTX ranges (engine/nvtx_ranges.py), the window that starts and stops a profiler around
+chosen engine steps, `nsys stats` and the torch.profiler fallback read into profile.json's fields. The
+profile run itself, `llmbench profile`, is a study (studies/profile_run.py)."""

@@ -6,7 +6,7 @@ import json
 import logging
 from pathlib import Path
 
-from llmbench.run.result_files import write_atomic
+from llmbench.results.files import write_atomic
 
 logger = logging.getLogger(__name__)
 

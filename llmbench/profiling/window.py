@@ -1,10 +1,10 @@
 """The hook that starts and stops the profiler around the engine steps a profile covers (profiling/steps.py).
 
 `llmbench profile` runs the workload in a child `llmbench run` and tells it what to profile through
-one environment variable. The bundled engine asks `window_from_env()` once, in its own process, and
-calls `before_step()` as each engine step begins (a streamed multi-step window's later forwards are
-handed over without a new step); for a backend whose polls are its steps (hf) the runner does so
-around each poll."""
+one environment variable. The bundled engine, handed STEP_HOOK by the run, asks `window_from_env()`
+once, in its own process, and calls `before_step()` as each engine step begins (a streamed multi-step
+window's later forwards are handed over without a new step); for a backend whose polls are its steps
+(hf) the runner does so around each poll."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from pathlib import Path
 from llmbench.profiling.steps import ENV_VAR, TOOLS, ProfileError, StepRange, parse_steps
 
 logger = logging.getLogger(__name__)
+
+# the bundled engine's step hook by name (backends/bundled.py): a split core makes it in its own process
+STEP_HOOK = f"{__name__}:window_from_env"
 
 
 class ProfileWindow:

@@ -17,7 +17,7 @@ import yaml
 from llmbench.config.schema import OutputConfig, SloConfig
 from llmbench.metrics.requests import compute_metrics, latency_samples, median_over_trials
 from llmbench.metrics.steps import summarize_steps
-from llmbench.run.records import RequestRecord
+from llmbench.results.records import RequestRecord
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -10,9 +10,7 @@ from __future__ import annotations
 import zlib
 
 from llmbench.config.schema import CancelConfig
-from llmbench.run.records import RequestRecord
-
-CANCELLED = "cancelled"  # the finish_reason of a request the client hung up on
+from llmbench.results.records import RequestRecord
 
 
 class Cancels:

@@ -10,25 +10,22 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from llmbench.backends.base import Backend
 from llmbench.config.schema import RunConfig
 from llmbench.engine.request import RequestOutput
 from llmbench.profiling.window import ProfileWindow
-from llmbench.run.cancel import CANCELLED, Cancels
+from llmbench.results.records import CANCELLED, RequestRecord
+from llmbench.run.cancel import Cancels
 from llmbench.run.prefix_cache import PrefixIndex
+from llmbench.run.progress import Progress
 from llmbench.run.recorder import DeferredOutputs, new_record, sampling_params
-from llmbench.run.records import RequestRecord
 from llmbench.run.result_files import ResultWriter
 from llmbench.run.samples import SampleCatcher
 from llmbench.run.sessions import Sessions
 from llmbench.run.step_rows import StepRows
 from llmbench.run.telemetry import Telemetry
 from llmbench.run.workload import WorkloadRequest
-
-if TYPE_CHECKING:
-    from llmbench.cli.console import RunProgress
 
 
 class RunStopped(RuntimeError):
@@ -42,7 +39,7 @@ class RunState:
     backend: Backend
     writer: ResultWriter
     config: RunConfig
-    progress: RunProgress | None
+    progress: Progress | None
     run_start: float
     steps: StepRows
     records: list[RequestRecord] = field(default_factory=list)

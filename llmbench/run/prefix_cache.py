@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from llmbench.config.schema import RunConfig
-from llmbench.run.records import RequestRecord
+from llmbench.results.records import RequestRecord
 
 logger = logging.getLogger(__name__)
 

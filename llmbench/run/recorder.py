@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from llmbench.backends.base import ServedOutput
 from llmbench.config.schema import WorkloadConfig
 from llmbench.engine.request import RequestOutput, SamplingParams, StepOutputs
-from llmbench.run.records import RequestRecord
+from llmbench.results.records import RequestRecord
 from llmbench.run.workload import WorkloadRequest
 
 

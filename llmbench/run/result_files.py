@@ -1,5 +1,5 @@
 """A run directory's files: requests.jsonl, steps.csv and config.yaml written as the run goes (summary.json
-is run/summary.py's), steps.csv read back, and the atomic write every result file goes through.
+is run/summary.py's; the atomic write and steps.csv read back are results/files.py's).
 
 Per-request and per-step rows are appended and flushed as they come (the requests one poll finished
 together), so a crash or Ctrl-C keeps everything measured so far; whole files (summary, config) are
@@ -11,7 +11,6 @@ import csv
 import dataclasses
 import json
 import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,9 @@ from typing import Any
 import yaml
 
 from llmbench.metrics.steps import StepCosts, derived_columns
+from llmbench.results.files import write_atomic
+from llmbench.results.records import RequestRecord
 from llmbench.run.directory import claim_run_dir
-from llmbench.run.records import RequestRecord
 
 _STEP_TIMES = ("t_start", "t_end", "gpu_start", "gpu_end")  # perf_counter seconds in StepRecords
 
@@ -30,27 +30,6 @@ def default_run_dir(name: str, root: str | Path = "runs") -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     safe = name.replace("/", "_").replace("\\", "_")
     return Path(root) / f"{safe}-{stamp}"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory and os.replace, so readers never see half a file.
-    The file gets the permissions open() would give it (0666 less the umask), not mkstemp's 0600."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    # the only way to read the umask is to set it; put straight back
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 class ResultWriter:
@@ -107,18 +86,3 @@ class ResultWriter:
         self._requests.close()
         self._steps_file.close()
         os.close(self._lock)
-
-
-def load_steps(run_dir: str | Path) -> list[dict[str, Any]]:
-    """steps.csv rows with numbers parsed (empty file: no rows)."""
-    with open(Path(run_dir) / "steps.csv", newline="") as f:
-        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
-
-
-def _number(text: str) -> Any:
-    for parse in (int, float):
-        try:
-            return parse(text)
-        except ValueError:
-            pass
-    return {"True": True, "False": False}.get(text, text)

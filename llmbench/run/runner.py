@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from llmbench.backends.base import Backend
 from llmbench.backends.factory import make_backend
@@ -26,18 +26,16 @@ from llmbench.metrics.requests import compute_metrics
 from llmbench.metrics.roofline import bound_summary
 from llmbench.metrics.steps import summarize_steps
 from llmbench.metrics.turns import per_turn_metrics
-from llmbench.profiling.window import window_from_env
+from llmbench.profiling.window import STEP_HOOK, window_from_env
 from llmbench.run.phase import RunState, RunStopped, run_phase
 from llmbench.run.plan import Workload, build_workload
 from llmbench.run.prefix_cache import reset_prefix_cache, reset_url, uncaused_hits, warm_cache_warning
+from llmbench.run.progress import Progress
 from llmbench.run.result_files import ResultWriter
 from llmbench.run.signals import interrupt_name
 from llmbench.run.step_rows import StepRows
 from llmbench.run.summary import build_summary, nothing_completed
 from llmbench.run.telemetry import Telemetry
-
-if TYPE_CHECKING:
-    from llmbench.cli.console import RunProgress
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +53,7 @@ def run_benchmark(
     run_dir: Path,
     repeat: int = 1,
     backend: Backend | None = None,
-    progress: RunProgress | None = None,
+    progress: Progress | None = None,
     check: bool = False,
     replace: bool = False,
 ) -> RunResult:
@@ -63,7 +61,7 @@ def run_benchmark(
     independent samples and none finds an identical earlier trial in the prefix cache. With `check`,
     a finished run asserts that the backend holds no request and no KV block (AssertionError).
     `replace`: an earlier run's files in run_dir are removed, else they are a RunDirError."""
-    backend = backend or make_backend(config)
+    backend = backend or make_backend(config, STEP_HOOK)
     try:
         # trial 0 is built first, so a workload the model cannot serve fails before anything is written;
         # the others one at a time, so only one trial's prompts are in memory

@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from llmbench.run.records import RequestRecord
+from llmbench.results.records import RequestRecord
 from llmbench.run.workload import WorkloadRequest
 
 

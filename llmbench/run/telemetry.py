@@ -13,7 +13,7 @@ from llmbench.config.schema import RunConfig
 from llmbench.device.ceilings import run_clocks, why_no_gpu_samples
 from llmbench.device.clocks import ClockSampler
 from llmbench.device.power import no_power, power_series, power_summary
-from llmbench.run.result_files import write_atomic
+from llmbench.results.files import write_atomic
 from llmbench.run.scrape import MetricsScraper, metrics_url
 
 

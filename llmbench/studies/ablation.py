@@ -25,7 +25,7 @@ from llmbench.run.result_files import default_run_dir
 from llmbench.studies.study import StudyResult, run_point, write_json
 
 if TYPE_CHECKING:
-    from llmbench.cli.console import RunProgress
+    from llmbench.run.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def run_ablation(
     order_text: str | None,
     leave_one_out: bool,
     out_dir: Path | None,
-    progress: RunProgress | None = None,
+    progress: Progress | None = None,
     repeat: int = DEFAULT_REPEAT,
     preset_name: str = "all",
 ) -> StudyResult:

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 from llmbench.config.load import config_label, load_config
 from llmbench.engine.config import ConfigError
 from llmbench.mock_server import MockServer, MockSettings, StreamRecord
-from llmbench.run.records import RequestRecord, load_requests
+from llmbench.results.records import RequestRecord, load_requests
 from llmbench.run.result_files import default_run_dir
 from llmbench.run.workload import WorkloadError
 from llmbench.studies.study import StudyResult, write_json
 
 if TYPE_CHECKING:
-    from llmbench.cli.console import RunProgress
+    from llmbench.run.progress import Progress
 
 CAPACITY_TOKENS = 128  # per request of the capacity runs: a stream lasts ~128 ms at a chunk a millisecond
 MOCK_MAX_TOKENS = 1 << 20  # the fidelity mock streams what each request asks for
@@ -61,7 +61,7 @@ def run_calibrate(
     overrides: list[str],
     options: CalibrateOptions,
     out_dir: Path | None,
-    progress: RunProgress | None = None,
+    progress: Progress | None = None,
 ) -> StudyResult:
     base = load_config(config_path, [*overrides, *AS_CLIENT])
     out_dir = Path(out_dir or default_run_dir(f"{base.name}-calibrate"))

@@ -24,7 +24,7 @@ from llmbench.studies.study import StudyResult, run_point, write_json
 from llmbench.studies.sweep import rate_overrides
 
 if TYPE_CHECKING:
-    from llmbench.cli.console import RunProgress
+    from llmbench.run.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def run_capacity(
     overrides: list[str],
     options: CapacityOptions,
     out_dir: Path | None,
-    progress: RunProgress | None = None,
+    progress: Progress | None = None,
 ) -> StudyResult:
     base = load_config(config_path, overrides)
     if not base.slo.any:

@@ -13,11 +13,11 @@ from llmbench.backends.factory import make_backend
 from llmbench.config.load import config_label
 from llmbench.config.schema import RunConfig
 from llmbench.engine.config import ConfigError
-from llmbench.run.result_files import write_atomic
+from llmbench.results.files import write_atomic
 from llmbench.run.workload import WorkloadError
 
 if TYPE_CHECKING:
-    from llmbench.cli.console import RunProgress
+    from llmbench.run.progress import Progress
     from llmbench.run.runner import RunResult
 
 
@@ -29,7 +29,7 @@ class StudyResult:
 
 
 def run_point(
-    config: RunConfig, config_path: Path, run_dir: Path, progress: RunProgress | None, error: type[Exception]
+    config: RunConfig, config_path: Path, run_dir: Path, progress: Progress | None, error: type[Exception]
 ) -> RunResult:
     """One run of the study; model settings the backend cannot use (preset, path, device) and a workload
     it cannot build (dataset, lengths) raise `error` naming the config file, as `llmbench run` does."""

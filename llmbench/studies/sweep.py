@@ -19,7 +19,7 @@ from llmbench.run.result_files import default_run_dir
 from llmbench.studies.study import StudyResult, run_point, write_json
 
 if TYPE_CHECKING:
-    from llmbench.cli.console import RunProgress
+    from llmbench.run.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def run_sweep(
     overrides: list[str],
     rates_text: str,
     out_dir: Path | None,
-    progress: RunProgress | None = None,
+    progress: Progress | None = None,
 ) -> StudyResult:
     """Run the workload at every rate through the same code as `llmbench run`; sweep.json after each."""
     rates = parse_rates(rates_text)

@@ -10,7 +10,7 @@ from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.request import FinishReason, SamplingParams
 
 from llmbench.config.load import parse_config
-from llmbench.run.records import load_requests
+from llmbench.results.records import load_requests
 from llmbench.run.runner import run_benchmark
 from tests.engine.helpers import model_engine, run_to_completion
 from tests.engine.hf_reference import GREEDY, engine_for, make_prompts

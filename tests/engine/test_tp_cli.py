@@ -16,7 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from llmbench.run.result_files import load_steps
+from llmbench.results.files import load_steps
 from llmbench.run.summary import load_summary
 from tests.engine.helpers import wait_gone
 from tests.llmbench.null_run import NULL_RUN

@@ -13,7 +13,7 @@ import numpy as np
 from llmbench.config.schema import SloConfig
 from llmbench.metrics.requests import compute_metrics
 from llmbench.metrics.steps import summarize_steps
-from llmbench.run.records import RequestRecord
+from llmbench.results.records import RequestRecord
 from llmbench.run.summary import build_summary
 
 STEP_S = 0.01

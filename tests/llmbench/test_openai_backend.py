@@ -9,7 +9,7 @@ from llmbench.backends.openai import OpenAIBackend
 from llmbench.config.load import parse_config
 from llmbench.config.schema import ConfigError
 from llmbench.metrics.requests import arrival_gaps
-from llmbench.run.records import load_requests
+from llmbench.results.records import load_requests
 from llmbench.run.runner import run_benchmark
 from llmbench.run.summary import load_summary
 from tests.llmbench.sse_server import MODEL, Script, SSEServer

@@ -266,8 +266,8 @@ def test_tokenize_detokenize_models_and_metrics(server):
 
 
 def test_a_chat_template_that_refuses_the_messages_is_a_400(server, tmp_path):
+    from tests.engine.serving.chat_templates import LLAMA3_STYLE_TEMPLATE
     from tests.engine.serving.servers import RunningServer
-    from tests.engine.serving.test_detokenizer import LLAMA3_STYLE_TEMPLATE
 
     server.state.tokenizer.tokenizer.save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": LLAMA3_STYLE_TEMPLATE}))

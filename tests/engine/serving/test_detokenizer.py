@@ -11,6 +11,8 @@ from llmbench.engine.serving.detokenizer import IncrementalDetokenizer
 from llmbench.engine.serving.tokenizer import TextTokenizer, load_tokenizer
 from tokenizers import Tokenizer, decoders, models, normalizers
 
+from tests.engine.serving.chat_templates import LLAMA3_STYLE_TEMPLATE
+
 MULTILINGUAL = [
     "Hello, world! naïve café, Straße, Ærø",
     "Привет, как дела? Всё хорошо.",
@@ -127,14 +129,6 @@ def test_a_llama3_layout_puts_special_tokens_last(tmp_path, monkeypatch):
 def test_a_model_directory_without_tokenizer_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match=f"no tokenizer at {tmp_path}/tokenizer.json"):
         load_tokenizer(ModelConfig(path=str(tmp_path)), PRESETS["tiny"])
-
-
-LLAMA3_STYLE_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}{% if m['role'] not in ['system', 'user', 'assistant'] %}"
-    "{{ raise_exception('unknown role ' + m['role']) }}{% endif %}"
-    "<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] }}<|eot_id|>{% endfor %}"
-    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
-)
 
 
 def test_a_model_directory_brings_its_tokenizer_and_chat_template(tiny, tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from llmbench.config.load import parse_config
 from llmbench.mock_server import MockServer, MockSettings
 from llmbench.report import write_report
-from llmbench.run.records import HTTP_PHASE_COLUMNS, load_requests
+from llmbench.results.records import HTTP_PHASE_COLUMNS, load_requests
 from llmbench.run.runner import run_benchmark
 
 RUN = {

@@ -1,7 +1,7 @@
 import pytest
 
 from llmbench.config.load import parse_config
-from llmbench.run.records import load_requests
+from llmbench.results.records import load_requests
 from llmbench.run.runner import run_benchmark
 
 pytest.importorskip("transformers")

@@ -12,7 +12,7 @@ from llmbench.backends.openai import OpenAIBackend
 from llmbench.backends.openai_loop import StreamSettings, ThreadLoop
 from llmbench.config.load import parse_config
 from llmbench.mock_server import MockServer, MockSettings
-from llmbench.run.records import load_requests
+from llmbench.results.records import load_requests
 from llmbench.run.runner import run_benchmark
 
 

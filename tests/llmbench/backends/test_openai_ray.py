@@ -19,9 +19,9 @@ from llmbench.cli import app
 from llmbench.config.load import parse_config
 from llmbench.config.schema import ConfigError
 from llmbench.mock_server import MockServer, MockSettings
-from llmbench.run.records import load_requests
+from llmbench.results.records import load_requests
 from llmbench.run.runner import run_benchmark
-from tests.llmbench.backends.test_openai_workers import RUN, config, finished_after_a_worker_dies, rows
+from tests.llmbench.backends.worker_runs import RUN, config, finished_after_a_worker_dies, rows
 
 REPO = Path(__file__).parents[3]
 

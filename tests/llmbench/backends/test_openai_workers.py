@@ -4,41 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
-from llmbench.engine.request import SamplingParams
 
-from llmbench.backends.openai import OpenAIBackend
 from llmbench.backends.openai_workers import STREAMS_PER_WORKER, worker_count
 from llmbench.config.load import parse_config
 from llmbench.config.schema import ConfigError
 from llmbench.mock_server import MockServer, MockSettings
-from llmbench.run.records import load_requests
 from llmbench.run.runner import run_benchmark
-
-RUN = {
-    "name": "workers",
-    "model": {"preset": "tiny"},
-    "workload": {
-        "num_requests": 24,
-        "max_concurrency": 6,
-        "input": {"dist": "uniform", "min": 3, "max": 30},
-        "output": {"dist": "uniform", "min": 1, "max": 9},
-    },
-    "output": {"report": False},
-}
-
-
-def config(url: str, *overrides: str):
-    return parse_config(RUN, ["backend.type=openai", f"backend.url={url}", *overrides])
-
-
-def rows(run_dir) -> list[tuple]:
-    """Each request's id, lengths and finish, in submit order (requests submitted in one poll share a
-    time; the runner submits them in the workload's order, its ids')."""
-    records = sorted(load_requests(run_dir), key=lambda r: (r.submit_time, int(r.id)))
-    return [(r.id, r.prompt_len, r.output_len, len(r.token_times), r.finish_reason) for r in records]
+from tests.llmbench.backends.worker_runs import RUN, config, finished_after_a_worker_dies, rows
 
 
 def test_two_workers_give_the_rows_of_one(tmp_path):
@@ -50,31 +24,6 @@ def test_two_workers_give_the_rows_of_one(tmp_path):
     assert len(one) == 24 and all(finish == "length" for *_, finish in one)
     assert two == one
     assert sorted(served) == sorted([1, 1] + [row[2] for row in one + two])  # 2 preflights, then the load
-
-
-def finished_after_a_worker_dies(url: str, kill, *overrides: str) -> dict:
-    """Streams "a" and "b" on two workers, `kill(backend)` once both stream (the first worker has "a"),
-    and "c" once "a" has failed; then the finished outputs by request id."""
-    backend = OpenAIBackend()
-    backend.start(config(url, "backend.workers=2", *overrides))
-    try:
-        for request_id in "ab":  # one each: the least busy worker takes the next stream
-            backend.submit(request_id, [5, 6, 7], SamplingParams(max_tokens=100))
-        first = set()
-        while len(first) < 2:
-            first |= {o.request_id for o in backend.poll()}
-        kill(backend)
-        finished = {}
-        deadline = time.monotonic() + 30
-        while backend.has_unfinished() and time.monotonic() < deadline:
-            for output in backend.poll():
-                if output.finished:
-                    finished[output.request_id] = output
-                    if output.request_id == "a":  # the dead worker has no stream now: it must get none
-                        backend.submit("c", [5, 6, 7], SamplingParams(max_tokens=100))
-    finally:
-        backend.close()
-    return finished
 
 
 def test_a_worker_that_dies_fails_its_streams_alone():

@@ -16,8 +16,8 @@ from llmbench.cli import app
 from llmbench.config.load import parse_config
 from llmbench.report import write_report
 from llmbench.report.sections.ttft_split import PARTS, request_split
-from llmbench.run.records import load_requests
-from llmbench.run.result_files import load_steps
+from llmbench.results.files import load_steps
+from llmbench.results.records import load_requests
 from llmbench.run.runner import run_benchmark
 from llmbench.run.summary import load_summary
 

@@ -8,25 +8,11 @@ import os
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from llmbench.cli import app
+from tests.llmbench.cli.command_line import invoke, one_line_error
 from tests.llmbench.null_run import NULL_RUN
 
 BINARY = bytes(range(128, 256)) * 16  # not UTF-8 anywhere: 0x80 cannot start a character
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, [str(a) for a in args])
-
-
-def one_line_error(result, start: str) -> str:
-    """The error line, after checking the exit code and that it is the only thing on stderr."""
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {start}"), result.stderr
-    return lines[0]
 
 
 @pytest.fixture

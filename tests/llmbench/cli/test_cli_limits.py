@@ -18,7 +18,7 @@ from llmbench.engine.config import ConfigError, EngineConfig
 from llmbench.config.load import parse_config
 from llmbench.config.schema import RunConfig
 from llmbench.run.workload import shared_prefixes
-from tests.llmbench.cli.test_cli_hostile import invoke, one_line_error
+from tests.llmbench.cli.command_line import invoke, one_line_error
 from tests.llmbench.null_run import NULL_RUN
 from tests.llmbench.processes import sigterm_after_first_row
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from llmbench.gate.compare import ALL_FAILED, NOT_ENOUGH, REGRESSION, compare_runs, has_regression
-from tests.llmbench.gate.test_compare import synthetic_run
+from tests.llmbench.gate.synthetic_runs import synthetic_run
 
 
 def write(path, summary_dict):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llmbench.metrics.client import client_summary, vllm_peaks
-from llmbench.run.records import RequestRecord
+from llmbench.results.records import RequestRecord
 
 IDLE_LOOP = [{"loop_lag_ms": None, "cpu_s": 0.1, "busy_s": 1.0, "cpu_fraction": 0.1, "max_in_flight": 4}]
 

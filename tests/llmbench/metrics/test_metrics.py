@@ -5,7 +5,7 @@ import pytest
 from llmbench.config.schema import SloConfig
 from llmbench.metrics.requests import arrival_gaps, compute_metrics, median_over_trials
 from llmbench.metrics.steps import summarize_steps
-from llmbench.run.records import RequestRecord
+from llmbench.results.records import RequestRecord
 
 PCTS = [50, 90, 99]
 
@@ -76,7 +76,7 @@ def test_duration_runs_until_a_failure_that_finishes_last():
 
 def test_runner_records_when_each_request_ended(tmp_path):
     from llmbench.config.load import parse_config
-    from llmbench.run.records import load_requests
+    from llmbench.results.records import load_requests
     from llmbench.run.runner import run_benchmark
     from tests.llmbench.null_run import NULL_RUN
 

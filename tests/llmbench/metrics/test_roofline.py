@@ -4,7 +4,7 @@ bandwidth) at the measured ceilings, summed, against the run's output tokens and
 import pytest
 
 from llmbench.metrics.roofline import bound_summary, measured_costs
-from tests.llmbench.metrics.test_step_stats import (
+from tests.llmbench.metrics.tiny_counts import (
     TINY_KV_BYTES_PER_TOKEN,
     TINY_MATMUL_PARAMS,
     TINY_PARAM_BYTES,

@@ -10,19 +10,15 @@ from llmbench.metrics.steps import (
     merge_intervals,
     summarize_steps,
 )
+from tests.llmbench.metrics.tiny_counts import TINY_KV_BYTES_PER_TOKEN, TINY_MATMUL_PARAMS, TINY_PARAM_BYTES
 
 MS = 1e-3
 
-# the tiny preset at 1 GB/s and 1 GFLOP/s, so utilizations are plain ratios of the counts below
+# the tiny preset at 1 GB/s and 1 GFLOP/s, so utilizations are plain ratios of its counts (tiny_counts.py)
 TINY = {
     "model": {"preset": "tiny", "dtype": "bfloat16"},
     "hardware": {"peak_bandwidth_gb_s": 1, "peak_tflops": 1e-3},
 }
-# tiny by hand: attention 64*(64+2*32) + 64*64 = 12288, MLP 3*64*128 = 24576, norms 128 per layer;
-# 2 layers + untied embeddings 2*512*64 + final norm 64 = 139584 parameters
-TINY_PARAM_BYTES = 139584 * 2
-TINY_KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 2  # K and V, layers, kv heads, head dim, bf16
-TINY_MATMUL_PARAMS = 139584 - 2 * 512 * 64  # without the embeddings and the LM head
 
 
 def step(i, t_start, t_end, gpu=None, **fields):

@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 from llmbench.cli import app
 from llmbench.profiling import nsys
 from llmbench.profiling.nsys_stats import load_stats, stats_csv_path
-from llmbench.profiling.profile_run import profile_run
 from llmbench.profiling.steps import ProfileError, StepRange, parse_steps
 from llmbench.profiling.window import ProfileWindow, window_from_env
+from llmbench.studies.profile_run import profile_run
 
 DATA = Path(__file__).parents[2] / "data"
 # the nsys stats tables captured on the H200 with every optimization on (see test_nsys_stats.py)

@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from llmbench.cli import app
-from llmbench.run.records import load_requests
+from llmbench.results.records import load_requests
 from llmbench.run.summary import load_summary
 
 NUM_REQUESTS = 200

@@ -8,16 +8,16 @@ import pytest
 from llmbench.engine.request import SamplingParams
 from typer.testing import CliRunner
 
-import llmbench.backends.bundled
 import llmbench.backends.factory
+import llmbench.profiling.window
 from llmbench.backends.bundled import BundledBackend
 from llmbench.cli import app
 from llmbench.config.load import parse_config
 from llmbench.metrics.requests import compute_metrics
 from llmbench.profiling.steps import StepRange
-from llmbench.profiling.window import ProfileWindow
-from llmbench.run.records import load_requests
-from llmbench.run.result_files import load_steps
+from llmbench.profiling.window import STEP_HOOK, ProfileWindow
+from llmbench.results.files import load_steps
+from llmbench.results.records import load_requests
 from llmbench.run.runner import run_benchmark
 from llmbench.run.summary import load_summary
 from tests.llmbench.null_run import NULL_RUN
@@ -37,7 +37,8 @@ def sets(overrides: list[str]) -> list[str]:
 class SlowBackend(BundledBackend):
     """Each engine step takes at least `step_s`, as a real forward would."""
 
-    def __init__(self, step_s: float):
+    def __init__(self, step_s: float, step_hook: str | None = None):
+        super().__init__(step_hook)
         self.step_s = step_s
 
     def poll(self, while_waiting=None):
@@ -108,13 +109,15 @@ def test_timed_out_requests_are_aborted_and_counted_as_failed(tmp_path):
 def test_profile_window_counts_the_steps_that_drain_timed_out_requests(tmp_path, monkeypatch):
     # `--steps A:B` is in steps.csv's numbering: the steps that clear aborted requests count too
     window = ProfileWindow("nsys", StepRange(10**6), tmp_path)  # never opens
-    monkeypatch.setattr(llmbench.backends.bundled, "window_from_env", lambda: window)  # the engine's hook
+    monkeypatch.setattr(llmbench.profiling.window, "window_from_env", lambda: window)  # the engine's hook
     overrides = [
         "workload.warmup_requests=0",
         "workload.num_requests=16",
         "workload.output={dist: fixed, mean: 20}",
     ]
-    config, backend = started(SlowBackend(step_s=0.005), overrides + ["workload.request_timeout_s=0.16"])
+    config, backend = started(
+        SlowBackend(step_s=0.005, step_hook=STEP_HOOK), overrides + ["workload.request_timeout_s=0.16"]
+    )
     run_benchmark(config, tmp_path, backend=backend)
     assert any(r.finish_reason == "timeout" for r in load_requests(tmp_path))
     assert window.next_step == load_steps(tmp_path)[-1]["step"] + 1
@@ -154,7 +157,9 @@ def test_check_fails_when_the_engine_keeps_work(tmp_path, monkeypatch, null_conf
     config, backend = started(GhostBackend(), [])
     with pytest.raises(AssertionError, match="running"):
         run_benchmark(config, tmp_path / "direct", backend=backend, check=True)
-    monkeypatch.setattr(llmbench.backends.factory, "make_backend", lambda c: started(GhostBackend(), [])[1])
+    monkeypatch.setattr(
+        llmbench.backends.factory, "make_backend", lambda c, hook: started(GhostBackend(), [])[1]
+    )
     result = run_cli(null_config_file, tmp_path / "cli", "--check")
     assert result.exit_code == 1
     # the results were written before the check
@@ -198,7 +203,7 @@ def test_a_run_in_which_every_request_failed_exits_1_with_its_reason(tmp_path, n
 
 def test_progress_counts_only_the_tokens_of_completed_requests():
     from llmbench.cli.console import RunProgress
-    from llmbench.run.records import RequestRecord
+    from llmbench.results.records import RequestRecord
 
     progress = RunProgress()
     progress.phase("trial 1/1", total=2)

@@ -7,8 +7,8 @@ from llmbench.engine.config import EngineConfig, ModelConfig
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
 
+from llmbench.results.records import RequestRecord
 from llmbench.run.recorder import DeferredOutputs, record_outputs
-from llmbench.run.records import RequestRecord
 
 
 def output(request_id, tokens, finished=False, t_emit=0.0):
@@ -96,7 +96,7 @@ def test_a_backend_that_stamps_outputs_is_timed_by_their_emit_times():
 
 
 def test_rows_that_finish_together_are_on_disk_whole_and_read_back(tmp_path):
-    from llmbench.run.records import load_requests
+    from llmbench.results.records import load_requests
     from llmbench.run.result_files import ResultWriter
 
     writer = ResultWriter(tmp_path / "run", {"name": "rows"}, run_start=0.0, save_tokens=True)

@@ -9,9 +9,9 @@ from llmbench.engine.timing import StepRecord
 from typer.testing import CliRunner
 
 from llmbench.cli import app
+from llmbench.results.files import load_steps, write_atomic
+from llmbench.results.records import RequestRecord, load_requests
 from llmbench.run.directory import claim_run_dir
-from llmbench.run.records import RequestRecord, load_requests
-from llmbench.run.result_files import load_steps, write_atomic
 from llmbench.run.summary import load_summary
 
 REQUEST_KEYS = {

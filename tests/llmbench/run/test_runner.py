@@ -14,8 +14,8 @@ from llmbench.backends.bundled import BundledBackend
 from llmbench.cli import app
 from llmbench.config.load import parse_config
 from llmbench.metrics.steps import gpu_busy_step_spans
-from llmbench.run.records import load_requests
-from llmbench.run.result_files import load_steps
+from llmbench.results.files import load_steps
+from llmbench.results.records import load_requests
 from llmbench.run.runner import run_benchmark
 from llmbench.run.summary import load_summary
 from tests.llmbench.null_run import NULL_RUN
@@ -66,7 +66,7 @@ def test_ctrl_c_writes_partial_results_marked_incomplete(tmp_path):
 
 
 def test_ctrl_c_through_the_cli_exits_130_with_results(tmp_path, monkeypatch, null_config_file):
-    def make(config):
+    def make(config, step_hook):
         return start(HookedBackend(after=3), **{})[1]
 
     monkeypatch.setattr(llmbench.backends.factory, "make_backend", make)
@@ -80,7 +80,7 @@ def test_ctrl_c_through_the_cli_exits_130_with_results(tmp_path, monkeypatch, nu
 
 def test_failure_mid_run_exits_1_and_keeps_what_was_measured(tmp_path, monkeypatch, null_config_file):
     monkeypatch.setattr(
-        llmbench.backends.factory, "make_backend", lambda c: start(HookedBackend(4, RuntimeError))[1]
+        llmbench.backends.factory, "make_backend", lambda c, hook: start(HookedBackend(4, RuntimeError))[1]
     )
     result = CliRunner().invoke(app, ["run", str(null_config_file), "--out", str(tmp_path / "r")])
     assert result.exit_code == 1

@@ -6,7 +6,7 @@ from llmbench.engine.config import ConfigError
 
 from llmbench.backends.bundled import BundledBackend
 from llmbench.config.load import parse_config
-from llmbench.run.records import load_requests
+from llmbench.results.records import load_requests
 from llmbench.run.runner import run_benchmark
 from tests.llmbench.null_run import NULL_RUN
 

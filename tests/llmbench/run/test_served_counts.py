@@ -8,7 +8,7 @@ import pytest
 
 from llmbench.config.load import parse_config
 from llmbench.report import write_report
-from llmbench.run.records import load_requests
+from llmbench.results.records import load_requests
 from llmbench.run.runner import run_benchmark
 from tests.engine.serving.servers import start_server
 

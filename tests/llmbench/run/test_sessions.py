@@ -11,8 +11,8 @@ from llmbench.engine.config import ConfigError
 from llmbench.backends.base import ModelInfo
 from llmbench.backends.bundled import BundledBackend
 from llmbench.config.load import parse_config
+from llmbench.results.records import RequestRecord
 from llmbench.run.plan import build_workload
-from llmbench.run.records import RequestRecord
 from llmbench.run.runner import run_benchmark
 from llmbench.run.session_plan import plan_sessions
 from llmbench.run.sessions import Session, Sessions, Turn

@@ -5,7 +5,7 @@ from typer.testing import CliRunner
 
 from llmbench.cli import app
 from llmbench.config.load import parse_config
-from llmbench.run.records import load_requests
+from llmbench.results.records import load_requests
 from llmbench.run.summary import load_summary
 from llmbench.studies.ablation import (
     DEFAULT_ORDER,

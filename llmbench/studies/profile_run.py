@@ -1,5 +1,5 @@
 """`llmbench profile`: run the workload in a child `llmbench run` that profiles the chosen steps,
-then fold what the profiler recorded into <out>/profile.json, which the report renders."""
+then fold what the profiler recorded into <out>/profile.json, which the command's report renders."""
 
 from __future__ import annotations
 
@@ -69,7 +69,4 @@ def profile_run(
     from llmbench.device.environment import command_line  # torch: the child's run has finished
 
     write_profile(out_dir, {"tool": tool, "step_range": str(steps), "command": command_line(), **summary})
-    from llmbench.report import write_report
-
-    write_report([out_dir], out_dir)
     return out_dir

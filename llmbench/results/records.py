@@ -15,6 +15,9 @@ import msgspec
 _ROW_ENCODER = msgspec.json.Encoder()
 
 
+CANCELLED = "cancelled"  # the finish_reason of a request the client hung up on (workload.cancel)
+
+
 # Slotted: the runner adds each poll's token to every running request's record between engine steps,
 # where a synchronous engine's GPU waits for it; a slotted record is one memory block, not two.
 @dataclass(slots=True)
