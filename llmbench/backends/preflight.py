@@ -7,7 +7,8 @@ serve --base-url` take it, finds `http://host:8000/v1`). Every refusal stops the
 naming the setting to change (a ValueError: exit code 2 at the CLI): a 404 (backend.url or
 backend.endpoint), a model the server does not serve (backend.model), vLLM's ignore_eos and
 min_tokens refused (workload.ignore_eos), token-id prompts refused (backend.prompt_format),
-stream_options refused (backend.include_usage), a key refused (backend.api_key_env). Nothing is
+stream_options refused (backend.include_usage), a key refused (backend.api_key_env), a prefix-cache reset
+refused (backend.reset_prefix_cache). Nothing is
 switched behind the user's back: text prompts keep their lengths only with the served model's
 tokenizer, which only the user can name, and without ignore_eos the model chooses the output lengths.
 A refusal is told apart by asking again with that one setting changed: at most four test requests,
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
+from llmbench.backends.cache_reset import reset_prefix_cache, server_root
 from llmbench.backends.openai_request import RequestForm, auth_headers
 from llmbench.backends.openai_stream import RequestFailed, StreamReader, error_message
 from llmbench.config.schema import RunConfig
@@ -72,6 +74,8 @@ def preflight(config: RunConfig) -> str:
                 break
         if answer.ok:
             logger.info("preflight: %s%s streams %s", base, form.path, model)
+            if backend.reset_prefix_cache:  # a server that cannot reset stops the run before its load
+                reset_prefix_cache(server_root(base), client.headers)
             return base
 
         def takes(changed: RequestForm, changed_prompt) -> bool:

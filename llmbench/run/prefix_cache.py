@@ -10,18 +10,13 @@ cache the trial did not fill."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
-from urllib.parse import urlsplit
 
+from llmbench.backends.cache_reset import server_root
 from llmbench.config.schema import RunConfig
 from llmbench.results.records import RequestRecord
 
-logger = logging.getLogger(__name__)
-
 BLOCK = 16
-RESET_PATHS = ("/reset_prefix_cache", "/flush_cache")  # vLLM's (and ours), then SGLang's
-RESET_TIMEOUT_S = 60.0
 
 
 class PrefixIndex:
@@ -69,31 +64,4 @@ def reset_url(config: RunConfig, backend: object) -> str | None:
     """The root of the server whose prefix cache backend.reset_prefix_cache empties (None: not set)."""
     if not config.backend.reset_prefix_cache:
         return None
-    if config.backend.type == "server":
-        return backend.url
-    parts = urlsplit(config.backend.url)
-    return f"{parts.scheme}://{parts.netloc}"
-
-
-def reset_prefix_cache(root: str, headers: dict[str, str]) -> None:
-    """POST the server's reset; ValueError naming backend.reset_prefix_cache when it refuses."""
-    import httpx
-
-    answers = []
-    for path in RESET_PATHS:
-        try:
-            response = httpx.post(root + path, headers=headers, timeout=RESET_TIMEOUT_S)
-        except httpx.HTTPError as e:
-            raise ValueError(
-                f"backend.reset_prefix_cache: POST {root}{path}: {type(e).__name__}: {e}"
-            ) from None
-        if response.is_success:
-            logger.info("prefix cache reset: POST %s%s", root, path)
-            return
-        answers.append(f"POST {root}{path} answered HTTP {response.status_code}")
-        if response.status_code != 404:
-            break
-    raise ValueError(
-        f"backend.reset_prefix_cache: the server refuses to reset its prefix cache ({'; '.join(answers)}); "
-        "vLLM takes it with VLLM_SERVER_DEV_MODE=1, SGLang and llmbench serve always, else set it false"
-    )
+    return backend.url if config.backend.type == "server" else server_root(config.backend.url)

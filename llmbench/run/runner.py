@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llmbench.backends.base import Backend
+from llmbench.backends.cache_reset import reset_prefix_cache
 from llmbench.backends.factory import make_backend
 from llmbench.backends.openai_request import auth_headers
 from llmbench.config.schema import RunConfig
@@ -29,7 +30,7 @@ from llmbench.metrics.turns import per_turn_metrics
 from llmbench.profiling.window import STEP_HOOK, window_from_env
 from llmbench.run.phase import RunState, RunStopped, run_phase
 from llmbench.run.plan import Workload, build_workload
-from llmbench.run.prefix_cache import reset_prefix_cache, reset_url, uncaused_hits, warm_cache_warning
+from llmbench.run.prefix_cache import reset_url, uncaused_hits, warm_cache_warning
 from llmbench.run.progress import Progress
 from llmbench.run.result_files import ResultWriter
 from llmbench.run.signals import interrupt_name
@@ -69,9 +70,7 @@ def run_benchmark(
         workloads = (
             first if k == 0 else build_workload(config, backend.model_info, k) for k in range(repeat)
         )
-        reset = reset_url(config, backend)
-        if reset is not None:  # once before anything is written: a server that refuses stops the run here
-            reset_prefix_cache(reset, auth_headers(config.backend.api_key_env))
+        reset = reset_url(config, backend)  # the preflight made sure the server takes it
         clocks = run_clock_sampler(config)  # the GPU's SM clock over the ceilings' GEMM, then the trials
         ceilings = run_ceilings(config, clocks)  # before the first request: the device is idle
         freeze_heap()  # as the engine core and the server do: the engines compared pay the same GC

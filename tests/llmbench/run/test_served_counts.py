@@ -79,16 +79,25 @@ def test_a_shared_prefix_the_trial_itself_fills_is_no_warning(server, tmp_path):
     assert result.summary["metrics"]["warm_cache_requests"] == 0 and "warnings" not in result.summary
 
 
-def test_a_server_that_cannot_reset_stops_the_run_naming_the_setting(tmp_path):
+def test_a_server_that_cannot_reset_stops_the_run_with_one_line_naming_the_setting(tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    from llmbench.cli import app
     from llmbench.mock_server import MockServer, MockSettings
 
-    with MockServer(MockSettings(ttft_ms=0, itl_ms=0)) as mock:
-        config = parse_config(
-            RUN, ["backend.type=openai", f"backend.url={mock.url}", "backend.reset_prefix_cache=true"]
-        )
-        with pytest.raises(ValueError, match=r"^backend\.reset_prefix_cache: the server refuses .*HTTP 404"):
-            run_benchmark(config, tmp_path / "run")
-    assert not (tmp_path / "run").exists()
+    with MockServer(MockSettings(ttft_ms=0, itl_ms=0)) as mock:  # the mock has no reset
+        backend = {"type": "openai", "url": mock.url, "reset_prefix_cache": True}
+        (tmp_path / "run.yaml").write_text(yaml.safe_dump(RUN | {"backend": backend}))
+        result = CliRunner().invoke(app, ["run", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "out")])
+        sent = [(r.path, r.tokens) for r in mock.records()]
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "backend.reset_prefix_cache: the server refuses" in lines[0]
+    assert f"POST {mock.root}/reset_prefix_cache answered HTTP 404" in lines[0]
+    # the preflight's one-token request, then vLLM's reset and SGLang's; none of the load
+    assert sent == [("/v1/completions", 1), ("/reset_prefix_cache", 0), ("/flush_cache", 0)]
+    assert not (tmp_path / "out").exists()
 
 
 def test_saved_text_prompts_are_the_text_sent_and_its_tokens(server, tmp_path):
