@@ -43,7 +43,8 @@ def uncaused_hits(records: Sequence[RequestRecord], index: PrefixIndex) -> list[
     """The trial's requests whose cached prompt tokens its own earlier requests do not explain."""
     found = []
     for record in records:
-        if record.cached_prompt_tokens is None or record.warmup:
+        # a later turn's history holds the answers the server generated in this trial, which it caches too
+        if record.cached_prompt_tokens is None or record.warmup or (record.turn or 1) > 1:
             continue
         added = record.prompt_len - record.planned_prompt_len if record.planned_prompt_len is not None else 0
         if record.cached_prompt_tokens >= index.shared.get(record.id, 0) + max(0, added) + BLOCK:
