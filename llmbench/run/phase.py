@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from llmbench.backends.base import Backend
-from llmbench.config.schema import RunConfig
+from llmbench.config.schema import HTTP_BACKENDS, RunConfig
 from llmbench.engine.request import RequestOutput
 from llmbench.profiling.window import ProfileWindow
 from llmbench.results.records import CANCELLED, RequestRecord
@@ -47,7 +47,9 @@ class RunState:
     not_started: int = 0  # of the current phase: requests without a token when it was cut short
     telemetry: Telemetry | None = None  # the GPU and the server's /metrics during timed trials
     samples: SampleCatcher = field(default_factory=SampleCatcher)  # a few completions, for the report
-    prefixes: PrefixIndex = field(default_factory=PrefixIndex)  # the current phase's prompts so far
+    # the current phase's prompts so far, where a server may report cached tokens (HTTP backends): ~80 us
+    # a 1,024-token prompt, which an in-process run would pay for nothing
+    prefixes: PrefixIndex | None = None
 
 
 def run_phase(
@@ -71,7 +73,7 @@ def run_phase(
     hang_ups: dict[str, RequestRecord] = {}  # live requests the client will cancel, by backend id
     deferred = DeferredOutputs(live, state.run_start, state.backend.stamps_outputs, save_tokens or sessions)
     state.not_started = 0
-    state.prefixes = PrefixIndex()
+    state.prefixes = PrefixIndex() if state.config.backend.type in HTTP_BACKENDS else None
     sampled_phase = trial == 0 and not warmup
     if state.progress:
         state.progress.phase(label, len(requests))
@@ -161,7 +163,8 @@ def _submit(
     config = state.config
     record = new_record(request, trial, warmup, submit_time - state.run_start, config.output.save_tokens)
     params = sampling_params(request, config.workload)
-    state.prefixes.add(request.request_id, request.prompt_token_ids)
+    if state.prefixes is not None:
+        state.prefixes.add(request.request_id, request.prompt_token_ids)
     state.backend.submit(backend_id, request.prompt_token_ids, params, due)
     return record
 

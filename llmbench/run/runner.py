@@ -173,7 +173,7 @@ def _run_trials(
             # requests a Ctrl-C or a stop cut off before their first token are neither done nor failed
             metrics["not_started"] = state.not_started
             trial = state.records[start:]
-            hits = uncaused_hits(trial, state.prefixes)
+            hits = uncaused_hits(trial, state.prefixes) if state.prefixes is not None else []
             cached = [r.cached_prompt_tokens for r in trial if r.cached_prompt_tokens is not None]
             metrics["cached_prompt_tokens"] = sum(cached) if cached else None
             metrics["warm_cache_requests"] = len(hits) if cached else None
