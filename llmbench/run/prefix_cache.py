@@ -11,6 +11,7 @@ cache the trial did not fill."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from llmbench.backends.cache_reset import server_root
 from llmbench.config.schema import RunConfig
@@ -52,13 +53,31 @@ def uncaused_hits(records: Sequence[RequestRecord], index: PrefixIndex) -> list[
     return found
 
 
-def warm_cache_warning(trial: int, hits: list[RequestRecord], total: int) -> str:
-    tokens = sum(r.cached_prompt_tokens for r in hits)
-    return (
-        f"trial {trial + 1}: {len(hits)} of {total} requests found {tokens:,} prompt tokens in the server's "
-        "prefix cache that no earlier request of the trial put there (an earlier run, trial or warm-up "
-        "warmed it, so TTFT is better than a cold server's); set backend.reset_prefix_cache: true"
-    )
+@dataclass(frozen=True)
+class TrialCache:
+    """A trial's prompts against the server's prefix cache (all None where the server reports none)."""
+
+    cached_prompt_tokens: int | None  # summed over the trial's requests
+    warm_cache_requests: int | None  # those whose hits the trial's own prompts do not explain
+    warning: str | None  # what the figures must be read with, when there are such requests
+
+
+def trial_cache(trial: int, records: Sequence[RequestRecord], index: PrefixIndex | None) -> TrialCache:
+    """Trial `trial`'s (0-based) cache figures from its rows and the prompts its phase indexed."""
+    cached = [r.cached_prompt_tokens for r in records if r.cached_prompt_tokens is not None]
+    if not cached or index is None:
+        return TrialCache(None, None, None)
+    hits = uncaused_hits(records, index)
+    warning = None
+    if hits:
+        tokens = sum(r.cached_prompt_tokens for r in hits)
+        warning = (
+            f"trial {trial + 1}: {len(hits)} of {len(records)} requests found {tokens:,} prompt tokens in "
+            "the server's prefix cache that no earlier request of the trial put there (an earlier run, trial "
+            "or warm-up warmed it, so TTFT is better than a cold server's); set backend.reset_prefix_cache: "
+            "true"
+        )
+    return TrialCache(sum(cached), len(hits), warning)
 
 
 def reset_url(config: RunConfig, backend: object) -> str | None:

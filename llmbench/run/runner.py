@@ -30,7 +30,7 @@ from llmbench.metrics.turns import per_turn_metrics
 from llmbench.profiling.window import STEP_HOOK, window_from_env
 from llmbench.run.phase import RunState, RunStopped, run_phase
 from llmbench.run.plan import Workload, build_workload
-from llmbench.run.prefix_cache import reset_url, uncaused_hits, warm_cache_warning
+from llmbench.run.prefix_cache import reset_url, trial_cache
 from llmbench.run.progress import Progress
 from llmbench.run.result_files import ResultWriter
 from llmbench.run.signals import interrupt_name
@@ -172,12 +172,10 @@ def _run_trials(
             )
             # requests a Ctrl-C or a stop cut off before their first token are neither done nor failed
             metrics["not_started"] = state.not_started
-            trial = state.records[start:]
-            hits = uncaused_hits(trial, state.prefixes) if state.prefixes is not None else []
-            cached = [r.cached_prompt_tokens for r in trial if r.cached_prompt_tokens is not None]
-            metrics["cached_prompt_tokens"] = sum(cached) if cached else None
-            metrics["warm_cache_requests"] = len(hits) if cached else None
-            if hits:
-                warnings.append(warm_cache_warning(k, hits, len(trial)))
-                logger.warning(warnings[-1])
+            cache = trial_cache(k, state.records[start:], state.prefixes)
+            metrics["cached_prompt_tokens"] = cache.cached_prompt_tokens
+            metrics["warm_cache_requests"] = cache.warm_cache_requests
+            if cache.warning:
+                warnings.append(cache.warning)
+                logger.warning(cache.warning)
             trial_metrics.append(metrics)
