@@ -63,6 +63,10 @@ class RunProgress:
         self._progress.update(self._task, advance=1, rate=self._output_tokens / elapsed)
 
 
+# counts beside completed / failed: of the failed, past the timeout; apart, hung up on and never started
+COUNT_NOTES = (("timed_out", "timed out"), ("cancelled", "cancelled"), ("not_started", "not started"))
+
+
 def metrics_table(summary: dict[str, Any]) -> Table:
     """Headline numbers of a run: throughputs, then each latency's mean, median and tail."""
     m = summary["metrics"]
@@ -71,8 +75,9 @@ def metrics_table(summary: dict[str, Any]) -> Table:
     table.add_column("metric")
     table.add_column("value", justify="right")
     counts = f"{m.get('completed', 0)} / {m.get('failed', 0)}"
-    if m.get("not_started"):
-        counts += f" ({m['not_started']} not started)"
+    notes = [f"{m[key]} {words}" for key, words in COUNT_NOTES if m.get(key)]
+    if notes:
+        counts += f" ({', '.join(notes)})"
     rows = [
         ("completed / failed", counts),
         ("duration (s)", _fmt(m.get("duration_s"))),
