@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from llmbench.config.load import config_label, load_config
 from llmbench.engine.config import ConfigError
 from llmbench.mock_server import MockServer, MockSettings, StreamRecord
@@ -103,7 +105,7 @@ def _calibrate(options: CalibrateOptions, data: dict[str, Any], out_dir: Path, r
     """The error at the config's load, then the ladder of streams until a run is client-limited."""
     fidelity = MockSettings(ttft_ms=options.ttft_ms, itl_ms=options.itl_ms, output_tokens=MOCK_MAX_TOKENS)
     summary, rows, sent = run(fidelity, "fidelity", [])
-    data["fidelity"] = fidelity_error(rows, sent) | {"client": summary["client"]}
+    data["fidelity"] = fidelity_error(rows, sent) | {"client": msgspec.to_builtins(summary.client)}
     write_json(out_dir / "calibrate.json", data)
 
     capacity = MockSettings(ttft_ms=0, itl_ms=1, output_tokens=CAPACITY_TOKENS)
@@ -111,19 +113,19 @@ def _calibrate(options: CalibrateOptions, data: dict[str, Any], out_dir: Path, r
     streams = 1
     while streams <= options.max_streams:
         summary, rows, sent = run(capacity, f"streams-{streams}", _ladder_load(streams))
-        client = summary["client"]
+        client = summary.client
         data["capacity"].append(
             {
                 "streams": streams,
                 "chunks_per_s": _chunks_per_s(rows),
                 "mock_chunks_per_s": _mock_chunks_per_s(sent),
-                "schedule_lag_ms": client["schedule_lag_ms"],
-                "client_limited": client["client_limited"],
-                "reason": client["reason"],
+                "schedule_lag_ms": msgspec.to_builtins(client.schedule_lag_ms),
+                "client_limited": client.client_limited,
+                "reason": client.reason,
             }
         )
         write_json(out_dir / "calibrate.json", data)
-        if client["client_limited"]:
+        if client.client_limited:
             break
         streams *= 2
     sustained = [level for level in data["capacity"] if not level["client_limited"]]

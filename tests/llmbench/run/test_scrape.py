@@ -32,7 +32,7 @@ def test_the_server_s_counters_over_the_trial_are_what_the_run_sent(tmp_path, ou
             "telemetry": {"scrape_interval_s": 0.05},
         }
     )
-    summary = run_benchmark(config, tmp_path / "run").summary
+    summary = run_benchmark(config, tmp_path / "run").summary.to_dict()
     metrics, server = summary["metrics"], summary["server_metrics"]
     assert server["available"] and server["url"] == f"{our_server.url}/metrics"
     # the warm-up's two requests finished before the trial's first scrape: only the trial's count
