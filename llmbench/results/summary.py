@@ -110,9 +110,9 @@ class RunSummary(msgspec.Struct, kw_only=True):
     schema_version: int
     name: str
     complete: bool
-    started_at: str
+    started_at: str | UnsetType = UNSET  # unknown for a run rebuilt from its row files
     config: dict[str, Any]  # the resolved run config, as config.yaml has it
-    environment: Environment
+    environment: Environment = msgspec.field(default_factory=Environment)
     metrics: Metrics | None  # None (`{}` in the file): no trial finished
     steps: Steps
     trials: list[Metrics] | UnsetType = UNSET  # each trial's, with --repeat; `metrics` is their median
