@@ -14,7 +14,8 @@ import msgspec
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "std", "min", "max")
-_PERCENTILE_KEY = re.compile(r"^p[0-9.e+-]+_(ttft|tpot|itl|e2el)_ms$")
+PERCENTILE_PATTERN = r"^p[0-9.e+-]+_(ttft|tpot|itl|e2el)_ms$"
+_PERCENTILE_KEY = re.compile(PERCENTILE_PATTERN)
 
 
 class Latencies(msgspec.Struct, kw_only=True):
