@@ -42,6 +42,9 @@ class ServedOutput(RequestOutput):
     server_timestamps: dict[str, Any] | None = None
     http_phases: dict[str, float | None] | None = None  # the finished one's: openai_stream.HTTP_PHASES
     submitted: float | None = None  # a stream's first, without tokens: when its loop meant it to start
+    # a read that completed several SSE events with text: the tokens each brought, in order; each event
+    # is an arrival of its own at the read's stamp (None: the output is one event)
+    event_tokens: list[int] | None = None
 
 
 class Backend(Protocol):

@@ -21,10 +21,11 @@ from collections.abc import Callable
 import msgspec
 
 from llmbench.backends.base import ModelInfo
+from llmbench.backends.client_capacity import choose_workers
 from llmbench.backends.openai_loop import StreamSettings, ThreadLoop
 from llmbench.backends.openai_request import RequestForm, auth_headers
 from llmbench.backends.openai_stream import StreamParser
-from llmbench.backends.openai_workers import WorkerPool, worker_count
+from llmbench.backends.openai_workers import WorkerPool
 from llmbench.backends.prompt_text import PromptText
 from llmbench.config.schema import RunConfig
 from llmbench.engine.models.source import model_shape, resolve_max_model_len
@@ -75,12 +76,12 @@ class OpenAIBackend:
                 backend.workers, config.workload, settings, backend.ray_address, backend.ray_connect_timeout_s
             )
             return
-        workers = worker_count(backend.workers, config.workload)
-        if workers > 1:
+        workers = choose_workers(backend.workers, config.workload)
+        logger.info("client: %s", workers.reason)
+        if workers.count > 1:
             # the runner starts each stream, keeping the concurrency over all workers (one of them
             # could not know when another's slot opens) and the order of submits
-            self._streams = WorkerPool(workers, settings)
-            logger.info("streaming from %d worker processes", workers)
+            self._streams = WorkerPool(workers.count, settings)
             return
         # one loop keeps the concurrency itself: it starts a closed loop's next request the moment a
         # stream ends, without waiting for this thread (openai_loop.py)

@@ -25,6 +25,7 @@ import time
 from time import perf_counter
 from types import ModuleType
 
+from llmbench.backends.client_capacity import choose_workers
 from llmbench.backends.openai_loop import StreamSettings
 from llmbench.backends.openai_worker_set import WorkerSet, frame, split_frames
 from llmbench.backends.openai_workers import (
@@ -33,7 +34,6 @@ from llmbench.backends.openai_workers import (
     STOP_GRACE_S,
     grow_pipe,
     run_worker,
-    worker_count,
 )
 
 logger = logging.getLogger(__name__)
@@ -184,7 +184,9 @@ class RayWorkers(WorkerSet):
             except ConnectionError as e:  # no cluster there: `auto` with none running, a wrong address
                 raise ValueError(f"backend.ray_address {address}: {e}") from None
         cpus = int(ray.cluster_resources().get("CPU", 1))
-        count = worker_count(setting, workload, cpus)
+        choice = choose_workers(setting, workload, cpus)
+        logger.info("client: %s, Ray actors over a cluster of %d CPUs", choice.reason, cpus)
+        count = choice.count
         super().__init__(count)
         actor = ray.remote(num_cpus=1, scheduling_strategy="SPREAD", concurrency_groups={"reads": 1})(
             StreamActor

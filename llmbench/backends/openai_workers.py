@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import math
 import os
 import subprocess
 import sys
@@ -25,23 +24,9 @@ import msgspec
 from llmbench.backends.openai_loop import StreamLoop, StreamSettings, new_event_loop
 from llmbench.backends.openai_worker_set import WorkerSet, frame, split_frames
 
-STREAMS_PER_WORKER = 256  # backend.workers auto: one loop keeps its stamps near a bare client's up to here
 READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
 PIPE_BYTES = 1 << 20  # each worker's pipe to the runner holds this much, so a busy runner rarely blocks one
-
-
-def worker_count(setting: int | str, workload, cores: int | None = None) -> int:
-    """backend.workers as a number. `auto`: one worker per STREAMS_PER_WORKER streams of the configured
-    concurrency (workload.max_concurrency, else its number of requests), at most the usable cores less
-    one (the runner's own), at least one (which streams from a thread of the runner's process).
-    `cores`: where the workers run when that is not this host (a Ray cluster's CPUs)."""
-    if setting != "auto":
-        return setting
-    streams = workload.max_concurrency or workload.num_requests
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(cores - 1, math.ceil(streams / STREAMS_PER_WORKER)))
 
 
 class WorkerPool(WorkerSet):

@@ -74,10 +74,9 @@ def history(
 ) -> None:
     """Chart a metric over the gate's records, with the change points where it stepped and stayed.
 
-    Example:
+    Example (scripts/perf_gate.sh --history FILE appends one record a gate):
 
-        scripts/perf_gate.sh --history runs/gate-history.jsonl
-        llmbench history runs/gate-history.jsonl --out runs/gate-history
+        llmbench history docs/measurements/cpu/perf_gate_history.jsonl --out runs/gate-history
     """
     from llmbench.gate.compare import format_value
     from llmbench.gate.history import HistoryError, load_history

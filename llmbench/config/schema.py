@@ -168,6 +168,13 @@ class WorkloadConfig:
                 f"{self.session.turns} turns x {max(self.num_requests, self.warmup_requests):,} sessions is "
                 f"{turns:,} requests, more than {MAX_REQUESTS:,}",
             )
+        if self.dataset.type == "sharegpt" and self.prefix.groups:
+            # a prefix would push sampled prompts past the max_prompt_len vLLM's rules just enforced
+            raise ConfigError(
+                "prefix.groups",
+                "a sharegpt dataset's conversations make the prompts, sampled by vLLM's length rules: "
+                "no shared prefix groups (set workload.prefix.groups=0)",
+            )
         if self.dataset.type in TRACE_DATASETS:
             if self.prefix.groups:
                 raise ConfigError("prefix.groups", "a trace's rows make the prompts: no shared prefix groups")
@@ -224,8 +231,9 @@ class BackendConfig:
     startup_timeout_s: float = bounded(600.0, gt=0, le=MAX_SECONDS)  # server: how long GET /health may take
     include_usage: bool = True  # ask for the usage chunk (stream_options); false where a server refuses it
     # processes streaming the load, each its own event loop (1: a thread of the runner's process); auto:
-    # one per 256 streams of workload.max_concurrency, at most the cores less one (backends/openai_workers)
-    workers: int | Literal["auto"] = bounded(1, ge=1, le=256)
+    # as many as workload.max_concurrency needs by what one sustained on this host (calibrate's ladder),
+    # at most the cores less one (backends/client_capacity); an in-process backend takes it as 1
+    workers: int | Literal["auto"] = bounded("auto", ge=1, le=256)
     # the workers as Ray actors over a cluster's hosts (backends/openai_ray): `auto` (the running cluster),
     # `ray://host:port` (Ray Client), `host:port`, or `local` (a cluster started on 127.0.0.1 for the run)
     ray_address: str | None = None
@@ -242,7 +250,7 @@ class BackendConfig:
             raise ConfigError("url", f"expected an http:// or https:// URL, got {clip(repr(self.url), 60)}")
         if self.endpoint == "chat" and self.prompt_format == "token_ids":
             raise ConfigError("prompt_format", "the chat endpoint takes text: set prompt_format: text")
-        if self.workers != 1 and self.type not in HTTP_BACKENDS:
+        if self.workers not in (1, "auto") and self.type not in HTTP_BACKENDS:
             raise ConfigError("workers", "stream workers send HTTP: backend.type openai or server")
         if self.ray_address is not None:
             if not re.fullmatch(r"auto|local|ray://\S+|[^\s/:]+:\d+", self.ray_address):

@@ -2,7 +2,9 @@
 
 TTFT = first token - submit; E2EL = last token - submit; TPOT = (E2EL - TTFT) / (output_len - 1) per
 request, 1-token requests excluded; ITL = every gap between consecutive token arrivals pooled over
-requests, where a chunk of k tokens (same arrival time) is one arrival. Throughputs divide by the duration:
+requests, where an arrival is one SSE event: a chunk of k tokens (same arrival time) is one arrival, and
+events that came in one read are one each, at the read's time (gaps of 0, as vLLM's benchmark stamps
+each event as it parses it). Throughputs divide by the duration:
 first submit to the end of the last timed request, failed ones included (vLLM times the whole run until
 every request has returned). Warm-up requests are left out of all of it, failed ones of everything else."""
 
@@ -61,7 +63,7 @@ def latency_samples(records: Sequence[RequestRecord]) -> dict[str, list[float]]:
     return {
         "ttft": [ttft for ttft, _, _ in per_request],
         "tpot": [tpot for _, tpot, _ in per_request if tpot is not None],
-        "itl": [gap for r in done for gap in arrival_gaps(r.token_times)],
+        "itl": [gap for r in done for gap in arrival_gaps(r.token_times, r.same_read_events)],
         "e2el": [e2el for _, _, e2el in per_request],
     }
 
@@ -74,9 +76,12 @@ def _request_latencies(record: RequestRecord) -> tuple[float, float | None, floa
     return ttft, tpot, e2el
 
 
-def arrival_gaps(token_times: Sequence[float]) -> list[float]:
-    """Gaps between consecutive arrivals; the tokens of one chunk share a time and count once."""
-    arrivals = [t for i, t in enumerate(token_times) if i == 0 or t != token_times[i - 1]]
+def arrival_gaps(token_times: Sequence[float], same_read_events: Sequence[int] | None = None) -> list[float]:
+    """Gaps between consecutive arrivals; the tokens of one chunk share a time and count once. Events
+    that came in one read share its time too, yet each is an arrival (`same_read_events`: the indices
+    where the later ones begin), so each adds a gap of 0 after the first."""
+    starts = set(same_read_events or ())
+    arrivals = [t for i, t in enumerate(token_times) if i == 0 or t != token_times[i - 1] or i in starts]
     return [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
 
 

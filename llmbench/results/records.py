@@ -29,6 +29,9 @@ class RequestRecord:
     submit_time: float = 0.0
     first_token_time: float | None = None
     token_times: list[float] = field(default_factory=list)  # a chunk of k tokens repeats its time k times
+    # token_times indices where an SSE event begins that came in the same read as the event before it:
+    # it shares that read's time yet is an arrival of its own (None: no read held two events)
+    same_read_events: list[int] | None = None
     finish_reason: str | None = None  # None: still running when the run stopped
     finish_time: float | None = None  # when the client saw it end: last token, error, abort or stop
     error: str | None = None
@@ -81,9 +84,16 @@ HTTP_PHASE_COLUMNS = (
     "first_byte_time",
 )
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
-# keys only some runs have (a served run's timestamps, a ramp's rate, an HTTP client's phases): rows of
-# other runs leave them out
-_ONLY_WHEN_SET = ("server_timestamps", "offered_rate", "session", "turn", *HTTP_PHASE_COLUMNS)
+# keys only some runs have (coalesced reads, a served run's timestamps, a ramp's rate, an HTTP client's
+# phases): rows of other runs leave them out
+_ONLY_WHEN_SET = (
+    "same_read_events",
+    "server_timestamps",
+    "offered_rate",
+    "session",
+    "turn",
+    *HTTP_PHASE_COLUMNS,
+)
 
 
 def load_requests(run_dir: str | Path) -> list[RequestRecord]:

@@ -83,6 +83,8 @@ def record_output(record: RequestRecord, output: RequestOutput, arrival: float, 
     if n:
         if record.first_token_time is None:
             record.first_token_time = arrival
+        if isinstance(output, ServedOutput) and output.event_tokens:
+            _mark_same_read_events(record, output.event_tokens)
         record.token_times.extend([arrival] * n)
         record.output_len += n
         if save_tokens:
@@ -95,6 +97,17 @@ def record_output(record: RequestRecord, output: RequestOutput, arrival: float, 
         record.finish_time = arrival
         if isinstance(output, ServedOutput):
             _record_served(record, output, arrival - output.t_emit)
+
+
+def _mark_same_read_events(record: RequestRecord, event_tokens: list[int]) -> None:
+    """Where each event of one read after its first begins in token_times, which the read's tokens are
+    about to join: the events share the read's time, and ITL counts each as an arrival."""
+    starts = record.same_read_events if record.same_read_events is not None else []
+    at = len(record.token_times)
+    for size in event_tokens[:-1]:
+        at += size
+        starts.append(at)
+    record.same_read_events = starts
 
 
 def _record_served(record: RequestRecord, output: ServedOutput, shift: float) -> None:

@@ -9,12 +9,16 @@ a mock started in a process of its own on a free loopback port:
 - capacity: streams doubled from 1 to max_streams against a mock that sends a chunk every millisecond
   from the start (TTFT 0), 2 requests a stream, until a run is client-limited (summary.json's client
   block: schedule lag p99 past backend.client_lag_bound_ms, or a CPU-bound worker); the highest load
-  that was not is what the client sustains within that bound, in streams and chunks per second.
+  that was not is what the client sustains within that bound, in streams and chunks per second. With
+  backend.workers auto (or 1) the ladder runs one worker, and its figure is kept for this host and
+  version (host_capacity): what `auto` sizes later runs' workers by (backends/client_capacity.py).
 
 calibrate.json holds both; each run's directory sits beside it."""
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
 import shlex
 import statistics
@@ -25,6 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from llmbench.backends.client_capacity import (
+    DEFAULT_CHUNKS_PER_S,
+    STREAM_CHUNKS_PER_S,
+    HostCapacity,
+    save_capacity,
+)
 from llmbench.config.load import config_label, load_config
 from llmbench.engine.config import ConfigError
 from llmbench.mock_server import MockServer, MockSettings, StreamRecord
@@ -76,6 +86,8 @@ def run_calibrate(
         "complete": False,
     }
     result = StudyResult(out_dir, data)
+    # auto sizes by one worker's figure, which the ladder measures; the config's own number it keeps
+    ladder_workers = 1 if base.backend.workers == "auto" else base.backend.workers
 
     def run(settings: MockSettings, name: str, load: list[str]) -> tuple[dict, list[RequestRecord], list]:
         with MockServer(settings) as mock:
@@ -95,28 +107,53 @@ def run_calibrate(
         return summary, rows, sent
 
     try:
-        _calibrate(options, data, out_dir, run)
+        _calibrate(options, data, out_dir, run, ladder_workers)
     except _Interrupted:
         result.interrupted = True
+        return result
+    capacity = (
+        host_capacity(data["capacity"], base.backend.client_lag_bound_ms) if ladder_workers == 1 else None
+    )
+    if capacity is not None:
+        data["host_capacity_file"] = str(save_capacity(capacity))
+        write_json(out_dir / "calibrate.json", data)
     return result
 
 
-def _calibrate(options: CalibrateOptions, data: dict[str, Any], out_dir: Path, run: Callable) -> None:
+def host_capacity(levels: list[dict[str, Any]], lag_bound_ms: float) -> HostCapacity | None:
+    """One worker's figure from its ladder: the highest rung within the bound, where a rung above it was
+    not (the host's limit), or where it passes the estimate auto takes without one (a ladder that never
+    reached the limit gives a lower bound, which must not make auto add workers)."""
+    sustained = [level for level in levels if not level["client_limited"] and level["chunks_per_s"]]
+    if not sustained:
+        return None
+    top = sustained[-1]
+    if not levels[-1]["client_limited"] and top["chunks_per_s"] <= DEFAULT_CHUNKS_PER_S:
+        return None
+    return HostCapacity(top["chunks_per_s"], top["streams"], lag_bound_ms, datetime.date.today().isoformat())
+
+
+def _calibrate(
+    options: CalibrateOptions, data: dict[str, Any], out_dir: Path, run: Callable, ladder_workers: int
+) -> None:
     """The error at the config's load, then the ladder of streams until a run is client-limited."""
     fidelity = MockSettings(ttft_ms=options.ttft_ms, itl_ms=options.itl_ms, output_tokens=MOCK_MAX_TOKENS)
     summary, rows, sent = run(fidelity, "fidelity", [])
     data["fidelity"] = fidelity_error(rows, sent) | {"client": msgspec.to_builtins(summary.client)}
     write_json(out_dir / "calibrate.json", data)
 
-    capacity = MockSettings(ttft_ms=0, itl_ms=1, output_tokens=CAPACITY_TOKENS)
+    # the load backend.workers auto sizes for, so that the figure kept divides it
+    capacity = MockSettings(ttft_ms=0, itl_ms=1000 / STREAM_CHUNKS_PER_S, output_tokens=CAPACITY_TOKENS)
     data["capacity"] = []
     streams = 1
     while streams <= options.max_streams:
-        summary, rows, sent = run(capacity, f"streams-{streams}", _ladder_load(streams))
+        load = [*_ladder_load(streams), f"backend.workers={ladder_workers}"]
+        summary, rows, sent = run(capacity, f"streams-{streams}", load)
         client = summary.client
         data["capacity"].append(
             {
                 "streams": streams,
+                "workers": ladder_workers,
                 "chunks_per_s": _chunks_per_s(rows),
                 "mock_chunks_per_s": _mock_chunks_per_s(sent),
                 "schedule_lag_ms": msgspec.to_builtins(client.schedule_lag_ms),
@@ -136,18 +173,17 @@ def _calibrate(options: CalibrateOptions, data: dict[str, Any], out_dir: Path, r
 
 
 def _ladder_load(streams: int) -> list[str]:
-    return [
-        f"workload.num_requests={2 * streams}",
-        f"workload.max_concurrency={streams}",
-        "workload.warmup_requests=0",
-        "workload.arrival.process=inf",
-        "workload.input.dist=fixed",
-        "workload.input.mean=16",
-        "workload.output.dist=fixed",
-        f"workload.output.mean={CAPACITY_TOKENS}",
-        "workload.dataset.type=synthetic",
-        "workload.session.turns=1",
-    ]
+    """The rung's workload, replacing the config's whole: set key by key, the config's own length
+    bounds, prefix groups, dataset or sessions would reshape it or refuse it (a fixed 16-token prompt
+    is outside the quickstart's input range [32, 256])."""
+    workload = {
+        "num_requests": 2 * streams,
+        "max_concurrency": streams,
+        "input": {"dist": "fixed", "mean": 16},
+        "output": {"dist": "fixed", "mean": CAPACITY_TOKENS},
+        "arrival": {"process": "inf"},
+    }
+    return [f"workload={json.dumps(workload)}"]
 
 
 def _judged_run(
@@ -258,9 +294,12 @@ def _sustained_text(data: dict[str, Any]) -> str:
     bound = f"schedule lag p99 within {data['lag_bound_ms']:g} ms, no CPU-bound worker"
     if top is None:
         return f"sustained: not even 1 stream with {bound}"
-    return (
+    text = (
         f"sustained: {top['streams']} streams, {_text(top['chunks_per_s'], '{:,.0f}')} chunks/s with {bound}"
     )
+    if data.get("host_capacity_file"):
+        text += f"; backend.workers auto sizes by it (kept in {data['host_capacity_file']})"
+    return text
 
 
 def _text(value: float | None, form: str = "{:.2f}") -> str:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from llmbench.backends.openai_stream import UNKNOWN_TOKEN, StreamParser
+from llmbench.metrics.requests import latency_samples
+from llmbench.results.records import RequestRecord
+from llmbench.run.recorder import record_outputs
 
 
 def event(text: str, finish: str | None = None, **extra) -> bytes:
@@ -26,8 +31,9 @@ def test_lines_split_across_reads_arrive_at_the_read_that_completes_them():
     second = parser.take(2.0, body[cut:], wall_offset=0.0)
     (last,) = parser.take(3.0, None, wall_offset=0.0)
     assert [(o.new_token_ids, o.t_emit) for o in first] == [([UNKNOWN_TOKEN], 1.0)]
-    # the second read completed two chunks: one output, one arrival time, two tokens
-    assert [(len(o.new_token_ids), o.t_emit) for o in second] == [(2, 2.0)]
+    # the second read completed two chunks: one output at the read's time, two events of a token each
+    assert [(len(o.new_token_ids), o.t_emit, o.event_tokens) for o in second] == [(2, 2.0, [1, 1])]
+    assert first[0].event_tokens is None  # a read of one event is that event
     # usage said 4 tokens, the chunks showed 3: the last output carries the one held back
     assert last.finished and last.finish_reason.value == "length" and last.new_token_ids == [UNKNOWN_TOKEN]
     assert last.t_emit == 2.0 and parser.done
@@ -52,3 +58,26 @@ def test_a_malformed_chunk_or_a_failure_ends_the_request_with_its_reason():
     lost = StreamParser("r", chat=False)
     (failed,) = lost.take(4.0, "connection error: gone", wall_offset=0.0)
     assert failed.error == "connection error: gone" and failed.finish_reason.value == "error"
+
+
+def test_events_coalesced_in_one_read_are_an_arrival_each():
+    # the server sends a token every 10 ms; the client reads every 20 ms, two events a read, the last read
+    # one event of three tokens (a multi-step chunk): vLLM's benchmark pools a gap per event
+    reads = [(0.010, event("a")), (0.030, event("b") + event("c")), (0.050, event("d") + event("e"))]
+    reads += [(0.070, multi(3, "length") + b"data: [DONE]\n\n")]
+    parser = StreamParser("r", chat=False)
+    record = RequestRecord("r", trial=0, warmup=False, prompt_len=4)
+    live = {"r": record}
+    for stamp, data in [*reads, (0.071, None)]:
+        record_outputs(live, parser.take(stamp, data, wall_offset=0.0), stamp, 0.0, True, False)
+    assert record.token_times == [0.010, 0.030, 0.030, 0.050, 0.050, 0.070, 0.070, 0.070]
+    assert record.same_read_events == [2, 4]
+    itl = latency_samples([record])["itl"]
+    assert itl == pytest.approx([0.020, 0.0, 0.020, 0.0, 0.020])  # 8 tokens, 6 events, 5 gaps
+    assert sum(itl) / len(itl) == pytest.approx(0.012)  # merging each read's events read 0.020
+
+
+def multi(tokens: int, finish: str) -> bytes:
+    """One event carrying `tokens` token ids, as a multi-step server sends them."""
+    choice = {"index": 0, "text": "x" * tokens, "token_ids": list(range(tokens)), "finish_reason": finish}
+    return b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"

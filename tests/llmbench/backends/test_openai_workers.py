@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 
 import pytest
 
-from llmbench.backends.openai_workers import STREAMS_PER_WORKER, worker_count
+import llmbench
+from llmbench.backends.client_capacity import (
+    HostCapacity,
+    WorkerChoice,
+    choose_workers,
+    load_capacity,
+    save_capacity,
+)
+from llmbench.backends.openai import OpenAIBackend
 from llmbench.config.load import parse_config
 from llmbench.config.schema import ConfigError
 from llmbench.mock_server import MockServer, MockSettings
@@ -35,13 +44,54 @@ def test_a_worker_that_dies_fails_its_streams_alone():
     assert all(finished[r].error is None and finished[r].finish_reason.value == "length" for r in "bc")
 
 
-def test_auto_takes_one_worker_per_256_streams_and_leaves_the_runner_a_core(monkeypatch):
-    workload = parse_config(RUN, ["workload.max_concurrency=600"]).workload
+def test_auto_takes_more_workers_for_more_streams_by_the_hosts_figure(monkeypatch, tmp_path):
+    monkeypatch.setenv("LLMBENCH_CACHE", str(tmp_path))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert worker_count("auto", workload) == 3 == -(-600 // STREAMS_PER_WORKER)
+
+    def auto(streams: int) -> WorkerChoice:
+        return choose_workers("auto", parse_config(RUN, [f"workload.max_concurrency={streams}"]).workload)
+
+    # no calibration: 100k chunks/s a worker assumed, a chunk a millisecond a stream
+    assert auto(600).count == 6 and "no calibration of this host" in auto(600).reason
+    save_capacity(HostCapacity(chunks_per_s=190_000.0, streams=256, lag_bound_ms=10.0, measured="2026-12-07"))
+    assert [auto(n).count for n in (64, 190, 191, 512, 1024)] == [1, 1, 2, 3, 6]
+    assert auto(1024).reason == (
+        "6 stream workers for 1,024 streams "
+        "(this host sustained 190k chunks/s per worker, calibrate 2026-12-07)"
+    )
+    assert auto(4000).count == 15  # the runner keeps a core
+    assert auto(4000).reason.endswith("; 22 wanted, 16 cores)")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    assert worker_count("auto", workload) == 1  # 2 cores: the runner's thread streams
-    assert worker_count(4, workload) == 4
+    assert auto(1024).count == 1  # 2 cores: the runner's thread streams
+    chosen = choose_workers(4, parse_config(RUN).workload)
+    assert chosen == WorkerChoice(4, "4 stream workers (backend.workers: 4)")
+
+
+def test_the_run_logs_how_many_workers_it_took_and_why(caplog, monkeypatch, tmp_path):
+    monkeypatch.setenv("LLMBENCH_CACHE", str(tmp_path))
+    save_capacity(HostCapacity(chunks_per_s=190_000.0, streams=256, lag_bound_ms=10.0, measured="2026-12-07"))
+    with MockServer(MockSettings(ttft_ms=0, itl_ms=1, output_tokens=2)) as mock:
+        backend = OpenAIBackend()
+        with caplog.at_level(logging.INFO, logger="llmbench.backends.openai"):
+            backend.start(config(mock.url))
+        backend.close()
+    expected = "client: 1 stream worker for 6 streams (this host sustained 190k chunks/s per worker, "
+    assert expected + "calibrate 2026-12-07)" in caplog.messages
+
+
+def test_a_figure_of_another_version_is_not_used(monkeypatch, tmp_path):
+    monkeypatch.setenv("LLMBENCH_CACHE", str(tmp_path))
+    save_capacity(HostCapacity(chunks_per_s=1000.0, streams=1, lag_bound_ms=10.0, measured="2026-12-07"))
+    assert load_capacity() is not None
+    monkeypatch.setattr(llmbench, "__version__", "0.0.0-other")
+    assert load_capacity() is None
+
+
+def test_auto_is_the_default_and_an_in_process_backend_takes_it(tmp_path):
+    assert parse_config(RUN).backend.workers == "auto"
+    assert parse_config({}).backend.workers == "auto"  # the bundled engine's config is valid as it was
+    with pytest.raises(ConfigError, match="backend.workers: stream workers send HTTP"):
+        parse_config({}, ["backend.workers=2"])
 
 
 @pytest.mark.parametrize("value", ["0", "many", "257", "true"])

@@ -65,10 +65,12 @@ def test_bad_config_exits_2_naming_the_key(null_config_file, override, key, text
 
 @pytest.mark.parametrize("backend", ["bundled", "hf"])
 def test_stream_workers_are_the_http_clients_alone(backend):
-    # the in-process backends have no stream workers: a count there would be silently ignored
+    # the in-process backends have no stream workers: a count there would be silently ignored; auto, the
+    # default, is one there
     with pytest.raises(ConfigError) as error:
-        parse_config({}, [f"backend.type={backend}", "backend.workers=auto"])
+        parse_config({}, [f"backend.type={backend}", "backend.workers=2"])
     assert str(error.value) == "backend.workers: stream workers send HTTP: backend.type openai or server"
+    assert parse_config({}, [f"backend.type={backend}", "backend.workers=auto"]).backend.workers == "auto"
     http = parse_config({}, ["backend.type=openai", "backend.url=http://127.0.0.1:1", "backend.workers=2"])
     assert http.backend.workers == 2
 

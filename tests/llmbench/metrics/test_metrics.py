@@ -121,6 +121,11 @@ def test_chunks_count_as_one_gap():
     assert arrival_gaps([0.0, 0.5, 0.5, 2.0]) == [0.5, 1.5]
 
 
+def test_events_of_one_read_count_a_gap_each():
+    # tokens 1-2 one event, token 3 a second event of the same read, tokens 4-5 one event of the next read
+    assert arrival_gaps([0.0, 0.5, 0.5, 0.5, 2.0, 2.0], same_read_events=[3]) == [0.5, 0.0, 1.5]
+
+
 def test_median_over_trials():
     trials = [
         {"completed": 10, "mean_ttft_ms": 1.0, "request_goodput": None},

