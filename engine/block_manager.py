@@ -106,6 +106,16 @@ class BlockManager:
         seq.block_table = []
         seq.num_cached_blocks = 0
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix (vLLM's and SGLang's POST /reset_prefix_cache), so the next request
+        finds none: a benchmark's trial then starts as cold as its first. Blocks in use keep their KV but
+        no longer serve hits, and free as plain blocks."""
+        for block in self.hash_to_block.values():
+            self.block_hash[block] = self.block_tokens[block] = self.block_parent[block] = None
+        self.hash_to_block.clear()
+        self.free_plain.extend(self.free_cached)
+        self.free_cached.clear()
+
     def cache_full_blocks(self, seq: Sequence, num_tokens: int | None = None) -> None:
         """Register seq's blocks that became full and computed, so later requests can reuse them.
         num_tokens (default: all computed) bounds the tokens considered, e.g. to those read back."""

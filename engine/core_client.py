@@ -101,6 +101,10 @@ class EngineCoreClient:
     def abort(self, request_id: str) -> None:
         self._commands.append(msg.Abort(request_id))
 
+    def reset_prefix_cache(self) -> None:
+        # in order with the commands around it: a request sent after it finds no cached prefix
+        self._commands.append(msg.ResetPrefixCache())
+
     def has_unfinished(self) -> bool:
         return bool(self._unfinished) or bool(self._outputs) or self._last is not None
 

@@ -3,7 +3,7 @@
 and unlike pickle a message can only ever build these types, never run code.
 
 frontend -> core: the EngineConfig first, then one list of commands per message (Add, Abort, Drain,
-    Check, Shutdown), so a step's requests and aborts travel together.
+    Check, ResetPrefixCache, Shutdown), so a step's requests and aborts travel together.
 core -> frontend: Ready once, Outputs after every step that produced any (the step's StepOutputs, its
     plain decodes as two lists), Records answering a Drain, Checked answering a Check, Failed when the
     core raised."""
@@ -38,11 +38,15 @@ class Check(msgspec.Struct, tag=True, array_like=True):
     """Asks the core to run engine.check.assert_engine_empty where the scheduler and KV pool live."""
 
 
+class ResetPrefixCache(msgspec.Struct, tag=True, array_like=True):
+    """Forget every cached prefix before the commands after it."""
+
+
 class Shutdown(msgspec.Struct, tag=True, array_like=True):
     pass
 
 
-Command = Add | Abort | Drain | Check | Shutdown
+Command = Add | Abort | Drain | Check | ResetPrefixCache | Shutdown
 
 # core -> frontend
 

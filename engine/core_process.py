@@ -128,6 +128,8 @@ class _CoreLoop:
             self.push.send(msg.encoder.encode(msg.Records(self.engine.drain_step_records())))
         elif isinstance(command, msg.Check):
             self.push.send(msg.encoder.encode(msg.Checked(self._empty_check_failure())))
+        elif isinstance(command, msg.ResetPrefixCache):
+            self.engine.reset_prefix_cache()
         else:
             self.running = False  # Shutdown: the only command left
 

@@ -109,6 +109,9 @@ class LLMEngine:
             )
         )
 
+    def reset_prefix_cache(self) -> None:
+        self.block_manager.reset_prefix_cache()
+
     def has_unfinished(self) -> bool:
         return bool(self._requests or self._pending)
 

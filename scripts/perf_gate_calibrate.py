@@ -135,6 +135,36 @@ def main() -> None:
         ["git", "-C", str(ROOT), "rev-parse", args.commit], capture_output=True, text=True, check=True
     ).stdout.strip()
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    aa: list[dict] = []
+    probes: dict[str, dict] = {}
+    injected: dict[str, list[dict]] = {}
+
+    def write(complete: bool) -> None:
+        """The file as it stands, after every gate: a calibration cut short keeps what it measured."""
+        aa_values = [g[side] for g in aa for side in ("baseline", "current")]
+        result = {
+            "command": shlex.join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
+            "commit": commit,
+            "mode": args.mode,
+            "complete": complete,
+            "started_at": started,
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "cpu_count": os.cpu_count(),
+            "gate": {"pairs": args.pairs, "threshold": args.threshold or "the mode's default"},
+            "baseline_per_step": aa[0]["baseline"] if aa else None,
+            "load_average_range": [min(g["load_before"] for g in aa), max(g["load_before"] for g in aa)],
+            "aa": summarize(aa),
+            "aa_quiet": summarize([g for g in aa if not g["hog"]]),
+            "aa_hog": summarize([g for g in aa if g["hog"]]),
+            # (largest - smallest) / mean of every side of every A/A gate
+            "aa_spread": (max(aa_values) - min(aa_values)) / float(np.mean(aa_values)),
+            "injected": {key: summarize(gates) for key, gates in injected.items()},
+            "probes": probes,
+            "aa_gates": aa,
+            "injected_gates": injected,
+        }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
 
     def gate(inject: dict[str, str], hog: bool = False) -> dict:
         if hog:
@@ -144,22 +174,26 @@ def main() -> None:
             result = run_gate(args.mode, commit, args.pairs, args.threshold, inject)
         result["hog"] = hog
         log.info(
-            "%s%s: exit %d, %s %+.3f%%, %.0f s",
+            "%s%s: exit %d, %s %+.3f%% (%.6g -> %.6g), %.0f s",
             inject or "A/A",
             " (hog)" if hog else "",
             result["exit_code"],
             result["verdict"],
             100 * result["change"],
+            result["baseline"],
+            result["current"],
             result["seconds"],
         )
         return result
 
-    aa: list[dict] = [gate({})]
+    aa.append(gate({}))
+    write(complete=False)
     base_per_step = aa[0]["baseline"]
-    probes, sizes = {}, {}
+    sizes = {}
     for site in sorted({i.site for i in injections}):
         if args.mode == "instructions":
             probes[site] = gate({"PERF_GATE_INJECT_AT": site, "PERF_GATE_INJECT_LOOPS": str(PROBE_LOOPS)})
+            write(complete=False)
             per_turn = (probes[site]["current"] - probes[site]["baseline"]) / PROBE_LOOPS
             sizes[site] = ("PERF_GATE_INJECT_LOOPS", per_turn)  # instructions a turn adds to a step
         else:
@@ -179,38 +213,17 @@ def main() -> None:
         if turn < injection.gates
     ]
     total = len(queue)
-    injected: dict[str, list[dict]] = {}
     for k in range(1, args.aa + 1):
         if k > 1:  # the hog beside every other A/A gate, until --hog of them had it
             aa.append(gate({}, hog=k % 2 == 0 and k // 2 <= args.hog))
+            write(complete=False)
         while queue and total - len(queue) < total * k // args.aa:
             injection, env = queue.pop(0)
             key = f"{injection.site}:{injection.fraction:.0%}"
             injected.setdefault(key, []).append(gate(env))
-    aa_values = [g[side] for g in aa for side in ("baseline", "current")]
-    result = {
-        "command": shlex.join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
-        "commit": commit,
-        "mode": args.mode,
-        "started_at": started,
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "cpu_count": os.cpu_count(),
-        "gate": {"pairs": args.pairs, "threshold": args.threshold or "the mode's default"},
-        "baseline_per_step": base_per_step,
-        "load_average_range": [min(g["load_before"] for g in aa), max(g["load_before"] for g in aa)],
-        "aa": summarize(aa),
-        "aa_quiet": summarize([g for g in aa if not g["hog"]]),
-        "aa_hog": summarize([g for g in aa if g["hog"]]),
-        # (largest - smallest) / mean of every side of every A/A gate
-        "aa_spread": (max(aa_values) - min(aa_values)) / float(np.mean(aa_values)),
-        "injected": {key: summarize(gates) for key, gates in injected.items()},
-        "probes": probes,
-        "aa_gates": aa,
-        "injected_gates": injected,
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    log.info("A/A %s; injected %s; written %s", result["aa"]["exit_codes"], list(result["injected"]), out)
+            write(complete=False)
+    write(complete=True)
+    log.info("A/A %d gates, injected %s; written %s", len(aa), list(injected), out)
 
 
 if __name__ == "__main__":

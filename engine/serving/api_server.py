@@ -95,7 +95,7 @@ def build_app(state: ServerState) -> FastAPI:
     @app.get("/health")
     async def health() -> Response:
         if state.engine.dead is not None:
-            return _error(state.engine.dead, 503, "ServiceUnavailableError")
+            return _error(state.engine.dead, 503)
         return Response(status_code=200)
 
     @app.get("/v1/models")
@@ -118,6 +118,15 @@ def build_app(state: ServerState) -> FastAPI:
     async def metrics() -> Response:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> Response:
+        """vLLM's and SGLang's: forget every cached prefix, so a benchmark trial starts cold."""
+        try:
+            state.engine.reset_prefix_cache()
+        except EngineDeadError as e:
+            return _error(str(e), 503)
+        return Response(status_code=200)
+
     @app.post("/step_records/drain")
     async def drain_step_records() -> Response:
         """llmbench's own: the engine's step records since the last call, as msgpack (`backend.type:
@@ -125,7 +134,7 @@ def build_app(state: ServerState) -> FastAPI:
         try:
             records = await state.engine.drain_step_records()
         except EngineDeadError as e:
-            return _error(str(e), 503, "ServiceUnavailableError")
+            return _error(str(e), 503)
         return Response(msgspec.msgpack.encode(records), media_type="application/msgpack")
 
     @app.post("/tokenize")
@@ -195,7 +204,7 @@ async def _generate(
     except RequestRejected as e:
         return _error(str(e), 400)
     except EngineDeadError as e:
-        return _error(str(e), 503, "ServiceUnavailableError")
+        return _error(str(e), 503)
     except ClientGone:
         return Response(status_code=CLIENT_CLOSED)
     finally:
@@ -213,8 +222,8 @@ def _validation_problem(error: dict) -> str:
     return f"{'.'.join(str(p) for p in error['loc'][1:]) or 'body'}: {error['msg']}"
 
 
-def _error(message: str, status: int, kind: str = "BadRequestError") -> JSONResponse:
-    return JSONResponse(error_body(message, status, kind), status_code=status)
+def _error(message: str, status: int) -> JSONResponse:
+    return JSONResponse(error_body(message, status), status_code=status)
 
 
 class AddressError(Exception):

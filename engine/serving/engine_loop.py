@@ -85,6 +85,12 @@ class EngineLoop:
             self._send(("abort", request_id))
         self._fail_all(reason)
 
+    def reset_prefix_cache(self) -> None:
+        """Forget the engine's cached prefixes before any request added after this call is scheduled."""
+        if self.dead is not None:
+            raise EngineDeadError(self.dead)
+        self._send(("reset_prefix_cache",))
+
     @property
     def num_in_flight(self) -> int:
         """Engine requests handed over and not finished or aborted, as the event loop knows them."""
@@ -200,6 +206,8 @@ class EngineLoop:
                 self.engine.add_request(*command[1:])
             elif kind == "abort":
                 self.engine.abort(command[1])
+            elif kind == "reset_prefix_cache":
+                self.engine.reset_prefix_cache()
             elif kind == "drain":
                 records = self.engine.drain_step_records()
                 self.loop.call_soon_threadsafe(self._records_drained, records, command[1])

@@ -43,6 +43,7 @@ class Choice:
     t_scheduled: float | None = None
     t_first_token: float | None = None  # when the first token left the engine's output processing
     t_token_handed: list[float] = field(default_factory=list)  # each output with tokens reaching the server
+    cached_tokens: int = 0  # prompt tokens the prefix cache held
 
     def server_timestamps(self) -> dict:
         return {
@@ -147,6 +148,8 @@ class Generation:
         if output.t_scheduled is not None and choice.t_scheduled is None:
             choice.t_scheduled = output.t_scheduled
         delta = ""
+        # a request's first output and its last carry the count; a plain decode's, none (0)
+        choice.cached_tokens = max(choice.cached_tokens, output.num_cached_tokens)
         if output.new_token_ids:
             choice.t_first_token = choice.t_first_token or output.t_emit
             choice.t_token_handed.append(handed)
@@ -167,6 +170,7 @@ class Generation:
                 len(choice.prompt_token_ids),
                 len(choice.token_ids),
                 choice.finish_reason,
+                choice.cached_tokens,
             )
         choice.text += delta
         return delta
@@ -174,4 +178,10 @@ class Generation:
     def usage(self) -> dict:
         prompt = sum(len(c.prompt_token_ids) for c in self.choices)
         completion = sum(len(c.token_ids) for c in self.choices)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        cached = sum(c.cached_tokens for c in self.choices)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }

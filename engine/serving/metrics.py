@@ -28,6 +28,10 @@ class ServerMetrics:
         self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "Fraction of KV cache blocks in use", **labels)
         self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens of finished requests", **labels)
         self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens", **labels)
+        self.cache_queries = Counter(
+            "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache", **labels
+        )
+        self.cache_hits = Counter("vllm:prefix_cache_hits", "Prompt tokens the prefix cache held", **labels)
         self.finished = Counter(
             "vllm:request_success", "Finished requests", labelnames=["model_name", "finished_reason"],
             registry=self.registry,
@@ -75,11 +79,14 @@ class ServerMetrics:
         self.kv_usage.labels(model).set(last.num_blocks_used / self.num_blocks)
 
     def observe_request(
-        self, queued: float, handed: list[float], num_prompt: int, num_output: int, reason: str
+        self, queued: float, handed: list[float], num_prompt: int, num_output: int, reason: str, cached: int
     ) -> None:
-        """One finished request: its arrival and the times its outputs reached the event loop."""
+        """One finished request: its arrival, the times its outputs reached the event loop, and its
+        prompt tokens the prefix cache held."""
         model = self.model
         self.prompt_tokens.labels(model).inc(num_prompt)
+        self.cache_queries.labels(model).inc(num_prompt)
+        self.cache_hits.labels(model).inc(cached)
         self.generation_tokens.labels(model).inc(num_output)
         self.finished.labels(model, reason).inc()
         if not handed:

@@ -17,7 +17,12 @@ DONE = b"data: [DONE]\n\n"
 encode = msgspec.json.Encoder().encode
 
 
-def error_body(message: str, status: int, kind: str = "BadRequestError") -> dict:
+# the error types vLLM's server names for each status (OpenAI's SDK raises its exceptions by status alone)
+ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}
+
+
+def error_body(message: str, status: int, kind: str | None = None) -> dict:
+    kind = kind or ERROR_TYPES.get(status, "HTTPError")
     return {"error": {"message": message, "type": kind, "param": None, "code": status}}
 
 
@@ -47,7 +52,8 @@ class Shape:
 
     def chunk_choice(self, choice: Choice, text: str, token_ids: list[int], first: bool) -> dict:
         if self.chat:
-            delta = {"role": "assistant", "content": text} if first else {"content": text}
+            # OpenAI's finish chunk has an empty delta, not an empty content
+            delta = {"role": "assistant", "content": text} if first else {"content": text} if text else {}
             body = {"index": choice.index, "delta": delta, "logprobs": None}
         else:
             body = {"index": choice.index, "text": text, "logprobs": None}
@@ -119,7 +125,7 @@ async def event_stream(
     except RequestRejected as e:
         yield event(error_body(str(e), 400))
     except EngineDeadError as e:
-        yield event(error_body(str(e), 503, "ServiceUnavailableError"))
+        yield event(error_body(str(e), 503))
     except ClientGone:
         return
     finally:

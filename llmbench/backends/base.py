@@ -42,6 +42,12 @@ class ServedOutput(RequestOutput):
     server_timestamps: dict[str, Any] | None = None
     http_phases: dict[str, float | None] | None = None  # the finished one's: openai_stream.HTTP_PHASES
     submitted: float | None = None  # a stream's first, without tokens: when its loop meant it to start
+    # a stream's first, when the backend made the prompt's text (and tokens are saved): the text sent
+    # and the ids it encodes to, which differ from the workload's once the text was adjusted
+    prompt: str | None = None
+    prompt_token_ids: list[int] | None = None
+    prompt_tokens: int | None = None  # the finished one's: the server's usage, where it reports them
+    cached_tokens: int | None = None  # the finished one's: of those, the ones its prefix cache held
     # a read that completed several SSE events with text: the tokens each brought, in order; each event
     # is an arrival of its own at the read's stamp (None: the output is one event)
     event_tokens: list[int] | None = None
@@ -59,6 +65,9 @@ class Backend(Protocol):
     # the runner hands it requests ahead of a free slot, each with `due`, when the schedule has it
     # start (perf_counter), and the backend's first output of each says when it started it
     keeps_concurrency: bool
+    # the model an OpenAI-compatible server named for the run (backend.model, or the first it lists);
+    # None where the config's model is the one served
+    served_model: str | None
 
     def start(self, config: RunConfig) -> None: ...
 

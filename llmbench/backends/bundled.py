@@ -20,6 +20,7 @@ class BundledBackend:
     # takes several polls for one step
     profiles_own_steps = True
     keeps_concurrency = False
+    served_model = None
     step_hook: str | None = None  # also for a subclass with an __init__ of its own
 
     def __init__(self, step_hook: str | None = None):

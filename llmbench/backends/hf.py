@@ -40,6 +40,7 @@ class _BatchDone(Exception):
 class HFBackend:
     profiles_own_steps = False
     keeps_concurrency = False
+    served_model = None
     stamps_outputs = True  # generate() runs on its own thread: a poll may collect several of its steps
 
     def start(self, config: RunConfig) -> None:

@@ -62,7 +62,9 @@ class OpenAIBackend:
         shape = model_shape(config.model)
         max_len = card.get("max_model_len") or resolve_max_model_len(config.engine.max_model_len, shape)
         self.model_info = ModelInfo.from_shape(shape, max_len)
+        self.served_model = self._form.model
         self._text = PromptText(config) if backend.prompt_format == "text" else None
+        self._save = config.output.save_tokens
         self._encode = msgspec.json.Encoder().encode
         self._parsers: dict[str, StreamParser] = {}  # submitted, neither finished nor aborted
         # server times are perf_counter seconds of the server plus its wall-clock offset; ours maps back
@@ -93,8 +95,10 @@ class OpenAIBackend:
     ) -> None:
         """`due`: when the stream may start (perf_counter; None: now); a loop that keeps the concurrency
         starts it then or once a slot opens, and says which in the request's first output."""
-        prompt = self._text.of_tokens(prompt_token_ids) if self._text else prompt_token_ids
-        self._parsers[request_id] = StreamParser(request_id, self._form.chat)
+        sent = self._text.of_tokens(prompt_token_ids) if self._text else None
+        prompt = sent[0] if sent else prompt_token_ids
+        # the text sent goes back to the request's row only where its tokens are saved
+        self._parsers[request_id] = StreamParser(request_id, self._form.chat, sent if self._save else None)
         # serialized here, on the runner's thread: the stream loop only sends the bytes
         body = self._encode(self._form.body(prompt, params))
         self._streams.start(request_id, body, time.perf_counter() if due is None else due)

@@ -41,8 +41,14 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None  # prompt tokens the server's prefix cache held (vLLM, SGLang, ours)
+
+
 class _Usage(msgspec.Struct):
     completion_tokens: int
+    prompt_tokens: int | None = None  # as the server counted them: a chat template's tokens included
+    prompt_tokens_details: _PromptDetails | None = None
 
 
 class _Chunk(msgspec.Struct):
@@ -69,6 +75,8 @@ class StreamReader:
     last_arrival: float | None = None
     finish_reason: str | None = None
     completion_tokens: int | None = None  # from usage
+    prompt_tokens: int | None = None  # from usage
+    cached_tokens: int | None = None  # from usage.prompt_tokens_details
     server_times: dict = field(default_factory=dict)
 
     def feed(self, data: str | bytes, now: float) -> list[ServedOutput]:
@@ -95,7 +103,10 @@ class StreamReader:
             self.counted += len(ids)
             self.last_arrival = now
         if chunk.usage is not None:
-            self.completion_tokens = chunk.usage.completion_tokens
+            usage = chunk.usage
+            self.completion_tokens, self.prompt_tokens = usage.completion_tokens, usage.prompt_tokens
+            if usage.prompt_tokens_details is not None:
+                self.cached_tokens = usage.prompt_tokens_details.cached_tokens
         if chunk.server_timestamps:
             self.server_times = chunk.server_timestamps
         return ids
@@ -111,7 +122,9 @@ class StreamReader:
         rest = [UNKNOWN_TOKEN] * max(0, total - self.counted)
         when = self.last_arrival if self.last_arrival is not None else time.perf_counter()
         served = self._client_clock(wall_offset)
-        return ServedOutput(self.request_id, rest, True, reason, error, when, server_timestamps=served)
+        last = ServedOutput(self.request_id, rest, True, reason, error, when, server_timestamps=served)
+        last.prompt_tokens, last.cached_tokens = self.prompt_tokens, self.cached_tokens
+        return last
 
     def _client_clock(self, wall_offset: float) -> dict | None:
         """The server's timestamps on this process's perf_counter clock, or None without them."""
@@ -129,10 +142,11 @@ def _shift(value, shift: float):
 
 
 def error_message(body: str) -> str:
-    """The message of an OpenAI-style error body, else the body itself, on one line."""
+    """The message of an OpenAI-style error body (or a FastAPI one's detail), else the body itself, on
+    one line."""
     try:
         data = json.loads(body)
-        error = data.get("error", data) if isinstance(data, dict) else data
+        error = (data.get("error") or data.get("detail") or data) if isinstance(data, dict) else data
         message = error.get("message", error) if isinstance(error, dict) else error
         text = message if isinstance(message, str) else json.dumps(message)
     except ValueError:
@@ -158,8 +172,10 @@ def _clip(data: str | bytes) -> str:
 class StreamParser:
     """One request's reads, as the stream loop hands them over, turned into its outputs."""
 
-    def __init__(self, request_id: str, chat: bool):
+    def __init__(self, request_id: str, chat: bool, sent: tuple[str, list[int]] | None = None):
+        """`sent`: the prompt's text and its ids, where the backend made the text, for the first output."""
         self.reader = StreamReader(request_id, chat)
+        self.sent = sent
         self.done = False  # its last output is out: nothing more of the stream is of use
         self._pending = b""  # the start of a line the next read completes
         self._ended = False  # [DONE] seen
@@ -170,7 +186,10 @@ class StreamParser:
         message), or its start (its submit time); `wall_offset` as StreamReader.finished takes it."""
         try:
             if isinstance(data, float):
-                return [ServedOutput(self.reader.request_id, [], t_emit=stamp, submitted=data)]
+                first = ServedOutput(self.reader.request_id, [], t_emit=stamp, submitted=data)
+                if self.sent is not None:
+                    first.prompt, first.prompt_token_ids = self.sent
+                return [first]
             if isinstance(data, bytes):
                 if self._phases[4] is None:
                     self._phases[4] = stamp

@@ -5,17 +5,21 @@ instead of failing every request of it.
 The base URL is taken with or without its `/v1` (`http://host:8000`, as GuideLLM and `vllm bench
 serve --base-url` take it, finds `http://host:8000/v1`). Every refusal stops the run with one line
 naming the setting to change (a ValueError: exit code 2 at the CLI): a 404 (backend.url or
-backend.endpoint), a model the server does not serve (backend.model), token-id prompts refused
-(backend.prompt_format), stream_options refused (backend.include_usage), a key refused
-(backend.api_key_env). Nothing is switched behind the user's back: text prompts keep their lengths
-only with the served model's tokenizer, which only the user can name. A refusal is told apart by
-asking again with that one setting changed: at most three test requests, each for one token."""
+backend.endpoint), a model the server does not serve (backend.model), vLLM's ignore_eos and
+min_tokens refused (workload.ignore_eos), token-id prompts refused (backend.prompt_format),
+stream_options refused (backend.include_usage), a key refused (backend.api_key_env), a prefix-cache reset
+refused (backend.reset_prefix_cache). Nothing is
+switched behind the user's back: text prompts keep their lengths only with the served model's
+tokenizer, which only the user can name, and without ignore_eos the model chooses the output lengths.
+A refusal is told apart by asking again with that one setting changed: at most four test requests,
+each for one token."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
 
+from llmbench.backends.cache_reset import reset_prefix_cache, server_root
 from llmbench.backends.openai_request import RequestForm, auth_headers
 from llmbench.backends.openai_stream import RequestFailed, StreamReader, error_message
 from llmbench.config.schema import RunConfig
@@ -70,6 +74,8 @@ def preflight(config: RunConfig) -> str:
                 break
         if answer.ok:
             logger.info("preflight: %s%s streams %s", base, form.path, model)
+            if backend.reset_prefix_cache:  # a server that cannot reset stops the run before its load
+                reset_prefix_cache(server_root(base), client.headers)
             return base
 
         def takes(changed: RequestForm, changed_prompt) -> bool:
@@ -153,6 +159,14 @@ def _diagnose(
             return f"backend.model: {said}"
         return f"backend.endpoint: {said}; set backend.url and backend.endpoint to an API the server serves"
     if answer.status < 500:
+        # asked again only when the refusal names them (transformers serve's 422 lists the unexpected fields)
+        named = "ignore_eos" in answer.message or "min_tokens" in answer.message
+        if form.ignore_eos and named and takes(replace(form, ignore_eos=False), prompt):
+            return (
+                f"workload.ignore_eos: the server refuses vLLM's ignore_eos and min_tokens ({said}); set "
+                "workload.ignore_eos: false (output lengths are then the server's choice: a request ends "
+                "at the model's end-of-sequence token or at its output length, whichever comes first)"
+            )
         if isinstance(prompt, list) and takes(form, PROBE_TEXT):
             return (
                 f"backend.prompt_format: the server refuses token-id prompts ({said}); set "

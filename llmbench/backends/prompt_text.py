@@ -21,15 +21,16 @@ class PromptText:
         self.tokenizer = load_tokenizer(config.model, model_shape(config.model)).tokenizer
         self._fillers: list[str] = []
 
-    def of_tokens(self, ids: list[int]) -> str:
+    def of_tokens(self, ids: list[int]) -> tuple[str, list[int]]:
         """Text that encodes (without special tokens) to exactly len(ids) tokens, as near to the ids'
-        own decode as the tokenizer allows: too long, it is cut; too short, whole tokens are appended."""
+        own decode as the tokenizer allows (too long, it is cut; too short, whole tokens are appended),
+        and the ids it encodes to."""
         target = len(ids)
         text = self._decode(ids)
         for round_ in range(MAX_ROUNDS):
             encoded = self.tokenizer.encode(text, add_special_tokens=False).ids
             if len(encoded) == target:
-                return text
+                return text, encoded
             if len(encoded) > target:
                 cut = self._decode(encoded[:target])
                 # a cut inside a multi-byte character decodes to a longer replacement: drop characters

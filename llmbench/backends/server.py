@@ -36,6 +36,7 @@ class ServerBackend:
     profiles_own_steps = True  # engine steps run in the server's processes
     stamps_outputs = True
     keeps_concurrency = False  # its client's, once started
+    served_model = None  # the config's model, served by llmbench serve
 
     def start(self, config: RunConfig) -> None:
         import httpx

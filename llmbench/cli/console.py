@@ -66,6 +66,10 @@ class RunProgress:
         self._progress.update(self._task, advance=1, rate=self._output_tokens / elapsed)
 
 
+# counts beside completed / failed: of the failed, past the timeout; apart, hung up on and never started
+COUNT_NOTES = (("timed_out", "timed out"), ("cancelled", "cancelled"), ("not_started", "not started"))
+
+
 def metrics_table(summary: RunSummary) -> Table:
     """Headline numbers of a run: throughputs, then each latency's mean, median and tail."""
     title = summary.name + ("" if summary.complete else " (incomplete)")
@@ -108,8 +112,9 @@ def metrics_table(summary: RunSummary) -> Table:
 
 def _metric_rows(m: Metrics) -> list[tuple[str, str]]:
     counts = f"{m.completed} / {m.failed}"
-    if m.not_started:
-        counts += f" ({m.not_started} not started)"
+    notes = [f"{m.value(key)} {words}" for key, words in COUNT_NOTES if m.value(key)]
+    if notes:
+        counts += f" ({', '.join(notes)})"
     rows = [
         ("completed / failed", counts),
         ("duration (s)", _fmt(m.duration_s)),

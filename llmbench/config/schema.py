@@ -142,6 +142,22 @@ class SessionConfig:
 
 
 @dataclass
+class CancelConfig:
+    """Clients that hang up (llmbench/run/cancel.py): a seeded share of each phase's requests is
+    aborted after its first after_tokens output tokens, or after_s seconds after its submit."""
+
+    rate: float = bounded(0.0, ge=0, le=1)  # the share of requests cancelled (0: none)
+    after_tokens: int | None = bounded(None, ge=1, le=MAX_TOKENS)
+    after_s: float | None = bounded(None, gt=0, le=MAX_SECONDS)
+
+    def __post_init__(self) -> None:
+        if self.rate and (self.after_tokens is None) == (self.after_s is None):
+            raise ConfigError(
+                "after_tokens", "a cancelled request needs exactly one of after_tokens or after_s"
+            )
+
+
+@dataclass
 class WorkloadConfig:
     num_requests: int = bounded(64, ge=1, le=MAX_REQUESTS)
     warmup_requests: int = bounded(0, ge=0, le=MAX_REQUESTS)  # run first, kept out of the metrics
@@ -157,8 +173,9 @@ class WorkloadConfig:
     top_p: float = bounded(1.0, gt=0, le=1)  # with temperature > 0: 1 keeps every token
     top_k: int = bounded(0, ge=0, le=1 << 20)  # with temperature > 0: 0 keeps every token
     ignore_eos: bool = True  # benchmarks want the requested output lengths, not the model's whims
-    # a request unfinished this long after its submit is aborted and counted as failed
+    # a request unfinished this long after its submit is aborted and counted as failed (timed_out)
     request_timeout_s: float | None = bounded(None, gt=0, le=MAX_SECONDS)
+    cancel: CancelConfig = field(default_factory=CancelConfig)
 
     def __post_init__(self) -> None:
         turns = max(self.num_requests, self.warmup_requests) * self.session.turns
@@ -242,6 +259,8 @@ class BackendConfig:
     ray_connect_timeout_s: float = bounded(30.0, gt=0, le=MAX_SECONDS)
     # summary.json's client.client_limited when the schedule lag's p99 passes this (metrics/client.py)
     client_lag_bound_ms: float = bounded(10.0, ge=0, le=MAX_SECONDS * 1000)
+    # POST the server's /reset_prefix_cache before every timed trial: no trial finds a warm cache
+    reset_prefix_cache: bool = False
 
     def __post_init__(self) -> None:
         if self.type == "openai" and not self.url:
@@ -252,6 +271,8 @@ class BackendConfig:
             raise ConfigError("prompt_format", "the chat endpoint takes text: set prompt_format: text")
         if self.workers not in (1, "auto") and self.type not in HTTP_BACKENDS:
             raise ConfigError("workers", "stream workers send HTTP: backend.type openai or server")
+        if self.reset_prefix_cache and self.type not in HTTP_BACKENDS:
+            raise ConfigError("reset_prefix_cache", "resets a server's cache: backend.type openai or server")
         if self.ray_address is not None:
             if not re.fullmatch(r"auto|local|ray://\S+|[^\s/:]+:\d+", self.ray_address):
                 got = clip(repr(self.ray_address), 60)

@@ -15,12 +15,16 @@ GAUGES = {
     "running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
     "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
     "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
+    "prefix_cache_hit_rate": ("sglang:cache_hit_rate",),  # SGLang's own fraction; vLLM's is two counters
 }
 COUNTERS = {
     "prompt_tokens": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total"),
     "generation_tokens": ("vllm:generation_tokens_total", "sglang:generation_tokens_total"),
     "requests_finished": ("vllm:request_success_total", "sglang:num_requests_total"),
     "preemptions": ("vllm:num_preemptions_total", "sglang:num_retracted_reqs_total"),
+    # prompt tokens looked up in the prefix cache, and those found (vLLM V1; its first versions said gpu_)
+    "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
 }
 HISTOGRAMS = {
     "ttft": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
@@ -32,7 +36,7 @@ HISTOGRAMS = {
     ),
     "e2el": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds"),
 }
-AVERAGED = {"kv_cache_usage"}
+AVERAGED = {"kv_cache_usage", "prefix_cache_hit_rate"}
 
 # name, optional {labels}, value, optional timestamp
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(\s+\S+)?\s*$")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from llmbench.config.schema import SloConfig
-from llmbench.results.records import RequestRecord
+from llmbench.results.records import CANCELLED, RequestRecord
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 
@@ -32,9 +32,12 @@ def compute_metrics(
     input_tokens = sum(r.prompt_len for r in done)
     output_tokens = sum(r.output_len for r in done)
 
+    cancelled = sum(r.finish_reason == CANCELLED for r in timed)  # the client hung up: no failure
     metrics: dict[str, Any] = {
         "completed": len(done),
-        "failed": len(timed) - len(done),
+        "failed": len(timed) - len(done) - cancelled,
+        "timed_out": sum(r.finish_reason == "timeout" for r in timed),  # of the failed
+        "cancelled": cancelled,
         "duration_s": duration,
         "total_input_tokens": input_tokens,
         "total_output_tokens": output_tokens,

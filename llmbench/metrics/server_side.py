@@ -1,5 +1,7 @@
 """The server's own figures over a run, from its /metrics scraped at intervals (llmbench/run/scrape.py):
-each counter's increase and each histogram's mean over the timed trials, and the gauges' mean and peak.
+each counter's increase and each histogram's mean over the timed trials, and the gauges' mean and peak;
+and each trial's prefix-cache hit rate (vLLM's hits over queries in the trial, else SGLang's gauge's mean
+over the trial's scrapes), the figure that tells a trial served from a warm cache.
 
 A trial's increase runs from its first scrape to its last, and the trials' increases add up, so what
 the server did between trials (warm-up, a pause) is left out. A counter that went down within a trial
@@ -31,7 +33,16 @@ def summarize_scrapes(rows: Sequence[Row]) -> dict[str, Any]:
         seen = [values[quantity] for _, _, values in rows if quantity in values]
         summary[f"mean_{quantity}"] = sum(seen) / len(seen) if seen else None
         summary[f"max_{quantity}"] = max(seen) if seen else None
+    summary["prefix_cache_hit_rate_by_trial"] = [_hit_rate(scrapes) for scrapes in trials.values()]
     return summary
+
+
+def _hit_rate(scrapes: list[dict[str, float]]) -> float | None:
+    hits, queries = _increase([scrapes], "prefix_cache_hits"), _increase([scrapes], "prefix_cache_queries")
+    if hits is not None and queries:
+        return hits / queries
+    seen = [s["prefix_cache_hit_rate"] for s in scrapes if "prefix_cache_hit_rate" in s]
+    return sum(seen) / len(seen) if seen else None
 
 
 def _increase(trials: Sequence[list[dict[str, float]]], key: str) -> float | None:

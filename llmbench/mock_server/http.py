@@ -13,6 +13,10 @@ from llmbench.mock_server.streams import CREATED, TOKEN_TEXT, Scheduler, Stream,
 
 MAX_HEAD = 64 * 1024
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Too Large"}
+REASONS[422] = "Unprocessable Entity"
+# the body fields of OpenAI's own API that llmbench sends (openai_fields_only refuses any other)
+OPENAI_FIELDS = {"model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p"}
+OPENAI_FIELDS |= {"stream", "stream_options", "stop", "seed", "n", "user"}
 SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
@@ -58,6 +62,9 @@ class MockApp:
             status, message = self._refusal(record, body, chat)
         except ValueError as e:
             status, message = 400, f"invalid JSON body: {e}"
+        if status == 422:  # FastAPI's shape, as transformers serve answers
+            record.status = status
+            return conn.respond(status, {"detail": message})
         if status:
             record.status = status
             kind = "NotFoundError" if status == 404 else "BadRequestError"
@@ -98,6 +105,9 @@ class MockApp:
                     return 400, "prompt: expected a string (this server takes no token ids)"
             else:
                 return 400, "prompt: expected a string or a list of token ids"
+        unexpected = set(body) - OPENAI_FIELDS
+        if unexpected and self.settings.openai_fields_only:
+            return 422, f"Unexpected fields in the request: {unexpected}"
         if "stream_options" in body and self.settings.no_stream_options:
             return 400, "stream_options: extra inputs are not permitted"
         return 0, ""

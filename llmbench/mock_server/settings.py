@@ -16,6 +16,9 @@ class MockSettings:
     prefix: str = "/v1"  # the API answers under this path only (another path: 404, as a wrong base URL)
     text_only: bool = False  # token-id prompts refused with HTTP 400, as TGI and GuideLLM's mock do
     no_stream_options: bool = False  # a body with stream_options refused with HTTP 400, as older servers do
+    # fields OpenAI's API lacks (vLLM's ignore_eos, min_tokens, top_k) refused with HTTP 422, as
+    # transformers serve refuses them
+    openai_fields_only: bool = False
     max_model_len: int = 4096  # listed in the model card, as vLLM lists it
 
     def __post_init__(self) -> None:

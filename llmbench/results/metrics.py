@@ -56,6 +56,8 @@ class Metrics(msgspec.Struct, kw_only=True):
 
     completed: int
     failed: int
+    timed_out: int | msgspec.UnsetType = msgspec.UNSET  # of the failed: past backend.request_timeout_s
+    cancelled: int | msgspec.UnsetType = msgspec.UNSET  # hung up on by workload.cancel, not failed
     duration_s: float
     total_input_tokens: int
     total_output_tokens: int
@@ -66,6 +68,10 @@ class Metrics(msgspec.Struct, kw_only=True):
     latencies: Latencies
     # requests without a token when the run was cut short (written from the runner's phase state)
     not_started: int | msgspec.UnsetType = msgspec.UNSET
+    # prompt tokens the server said it served from its prefix cache, and the requests that hit a prefix
+    # an earlier trial had left there (run/prefix_cache.py); None where the server does not say
+    cached_prompt_tokens: int | None | msgspec.UnsetType = msgspec.UNSET
+    warm_cache_requests: int | None | msgspec.UnsetType = msgspec.UNSET
 
     def value(self, key: str) -> Any:
         if key in self.__struct_fields__ and key != "latencies":

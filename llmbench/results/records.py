@@ -15,6 +15,9 @@ import msgspec
 _ROW_ENCODER = msgspec.json.Encoder()
 
 
+CANCELLED = "cancelled"  # the finish_reason of a request the client hung up on (workload.cancel)
+
+
 # Slotted: the runner adds each poll's token to every running request's record between engine steps,
 # where a synchronous engine's GPU waits for it; a slotted record is one memory block, not two.
 @dataclass(slots=True)
@@ -51,6 +54,10 @@ class RequestRecord:
     first_byte_time: float | None = None
     session: int | None = None  # a multi-turn session's index, and the turn (1 for the first)
     turn: int | None = None
+    # where the server's usage counts the prompt: prompt_len is its count (a chat template's tokens
+    # included) and this the workload's; cached_prompt_tokens, those its prefix cache held
+    planned_prompt_len: int | None = None
+    cached_prompt_tokens: int | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -93,6 +100,8 @@ _ONLY_WHEN_SET = (
     "session",
     "turn",
     *HTTP_PHASE_COLUMNS,
+    "planned_prompt_len",
+    "cached_prompt_tokens",
 )
 
 

@@ -84,6 +84,8 @@ class ServerMetrics(msgspec.Struct, kw_only=True):
     generation_tokens: float | None | UnsetType = UNSET
     requests_finished: float | None | UnsetType = UNSET
     preemptions: float | None | UnsetType = UNSET
+    prefix_cache_queries: float | None | UnsetType = UNSET
+    prefix_cache_hits: float | None | UnsetType = UNSET
     server_mean_ttft_ms: float | None | UnsetType = UNSET
     server_mean_itl_ms: float | None | UnsetType = UNSET
     server_mean_e2el_ms: float | None | UnsetType = UNSET
@@ -93,6 +95,9 @@ class ServerMetrics(msgspec.Struct, kw_only=True):
     max_waiting: float | None | UnsetType = UNSET
     mean_kv_cache_usage: float | None | UnsetType = UNSET
     max_kv_cache_usage: float | None | UnsetType = UNSET
+    mean_prefix_cache_hit_rate: float | None | UnsetType = UNSET
+    max_prefix_cache_hit_rate: float | None | UnsetType = UNSET
+    prefix_cache_hit_rate_by_trial: list[float | None] | UnsetType = UNSET
     sources: dict[str, str] | UnsetType = UNSET
 
 
@@ -120,6 +125,8 @@ class RunSummary(msgspec.Struct, kw_only=True):
     client: Client | UnsetType = UNSET
     turns: dict[str, TurnMetrics] | UnsetType = UNSET  # by turn index, "1" first
     samples: list[Sample] | UnsetType = UNSET
+    served_model: str | UnsetType = UNSET  # the model an HTTP server said it serves
+    warnings: list[str] | UnsetType = UNSET  # what the figures must be read with (a warm prefix cache)
     stop_reason: str | UnsetType = UNSET  # stopped or interrupted before the end
 
     @classmethod

@@ -12,10 +12,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from llmbench.backends.base import Backend
-from llmbench.config.schema import RunConfig
+from llmbench.config.schema import HTTP_BACKENDS, RunConfig
 from llmbench.engine.request import RequestOutput
 from llmbench.profiling.window import ProfileWindow
-from llmbench.results.records import RequestRecord
+from llmbench.results.records import CANCELLED, RequestRecord
+from llmbench.run.cancel import Cancels
+from llmbench.run.prefix_cache import PrefixIndex
 from llmbench.run.progress import Progress
 from llmbench.run.recorder import DeferredOutputs, new_record, sampling_params
 from llmbench.run.result_files import ResultWriter
@@ -45,6 +47,9 @@ class RunState:
     not_started: int = 0  # of the current phase: requests without a token when it was cut short
     telemetry: Telemetry | None = None  # the GPU and the server's /metrics during timed trials
     samples: SampleCatcher = field(default_factory=SampleCatcher)  # a few completions, for the report
+    # the current phase's prompts so far, where a server may report cached tokens (HTTP backends): ~80 us
+    # a 1,024-token prompt, which an in-process run would pay for nothing
+    prefixes: PrefixIndex | None = None
 
 
 def run_phase(
@@ -63,8 +68,12 @@ def run_phase(
     sessions = isinstance(requests, Sessions)
     pending = requests.queue() if sessions else deque(requests)
     live: dict[str, RequestRecord] = {}  # by backend request id
+    cancel = state.config.workload.cancel
+    cancels = Cancels(cancel, state.config.workload.seed, trial) if cancel.rate and not warmup else None
+    hang_ups: dict[str, RequestRecord] = {}  # live requests the client will cancel, by backend id
     deferred = DeferredOutputs(live, state.run_start, state.backend.stamps_outputs, save_tokens or sessions)
     state.not_started = 0
+    state.prefixes = PrefixIndex() if state.config.backend.type in HTTP_BACKENDS else None
     sampled_phase = trial == 0 and not warmup
     if state.progress:
         state.progress.phase(label, len(requests))
@@ -95,6 +104,8 @@ def run_phase(
                     # stamped at its due time, as a server would have received it then
                     submit = max(due, slot_opened)
                     live[backend_id] = _submit(state, backend_id, request, trial, warmup, submit, submit)
+                if cancels is not None and cancels.chosen(request.request_id):
+                    hang_ups[backend_id] = live[backend_id]
                 if sampled_phase:
                     state.samples.want(backend_id, request.prompt_token_ids, request.prompt)
             if not live:
@@ -111,6 +122,8 @@ def run_phase(
                 failed += sum(not record.succeeded for record in finished)
                 if sessions:
                     pending.finished(finished, arrival - phase_start, release=not save_tokens)
+            if hang_ups:
+                aborted += _hang_up(state, deferred, hang_ups, cancels, arrival - state.run_start)
             if timeout is not None:
                 overdue = _abort_overdue(state, deferred, arrival - state.run_start - timeout, timeout)
                 failed += overdue
@@ -150,6 +163,8 @@ def _submit(
     config = state.config
     record = new_record(request, trial, warmup, submit_time - state.run_start, config.output.save_tokens)
     params = sampling_params(request, config.workload)
+    if state.prefixes is not None:
+        state.prefixes.add(request.request_id, request.prompt_token_ids)
     state.backend.submit(backend_id, request.prompt_token_ids, params, due)
     return record
 
@@ -171,6 +186,31 @@ def _abort_overdue(state: RunState, deferred: DeferredOutputs, cutoff: float, ti
     return len(overdue)
 
 
+def _hang_up(
+    state: RunState,
+    deferred: DeferredOutputs,
+    hang_ups: dict[str, RequestRecord],
+    cancels: Cancels,
+    now: float,
+) -> int:
+    """Cancel the chosen requests whose moment has come (`now`, run-relative): the client closes their
+    streams, and their rows end as cancelled, not failed. Returns how many."""
+    deferred.record()  # their tokens so far: the count decides, and goes into the rows
+    live = deferred.live
+    for backend_id in [b for b in hang_ups if b not in live]:
+        del hang_ups[backend_id]  # finished before its moment
+    due = [backend_id for backend_id, record in hang_ups.items() if cancels.due(record, now)]
+    records = []
+    for backend_id in due:
+        state.backend.abort(backend_id)
+        del hang_ups[backend_id]
+        record = live.pop(backend_id)
+        record.finish_reason = CANCELLED
+        records.append(record)
+    _finish(state, records)
+    return len(due)
+
+
 def _poll(state: RunState, while_waiting: Callable[[], object] | None = None) -> Iterable[RequestOutput]:
     """One engine step (in-process), counted by the profile window like every other step."""
     if state.window is not None:
@@ -179,7 +219,8 @@ def _poll(state: RunState, while_waiting: Callable[[], object] | None = None) ->
 
 
 def _drain(state: RunState) -> None:
-    """Step until timed-out requests have left the backend, so the next phase starts from an empty one."""
+    """Step until timed-out and cancelled requests have left the backend, so the next phase starts from
+    an empty one."""
     while state.backend.has_unfinished():
         _poll(state)
 

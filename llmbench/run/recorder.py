@@ -91,6 +91,8 @@ def record_output(record: RequestRecord, output: RequestOutput, arrival: float, 
             record.output_token_ids.extend(output.new_token_ids)
     elif isinstance(output, ServedOutput) and output.submitted is not None:  # its stream loop began it
         record.submit_time = output.submitted + arrival - output.t_emit
+        if output.prompt is not None:  # the text the backend made of the prompt: what the server got
+            record.prompt, record.prompt_token_ids = output.prompt, output.prompt_token_ids
     if output.finished:
         record.finish_reason = output.finish_reason.value if output.finish_reason else None
         record.error = output.error
@@ -111,7 +113,11 @@ def _mark_same_read_events(record: RequestRecord, event_tokens: list[int]) -> No
 
 
 def _record_served(record: RequestRecord, output: ServedOutput, shift: float) -> None:
-    """An HTTP request's server timestamps and client phases, moved by `shift` onto the run's clock."""
+    """An HTTP request's server timestamps and client phases, moved by `shift` onto the run's clock, and
+    its prompt as the server counted it."""
+    if output.prompt_tokens is not None:
+        record.planned_prompt_len, record.prompt_len = record.prompt_len, output.prompt_tokens
+    record.cached_prompt_tokens = output.cached_tokens
     if output.server_timestamps:
         record.server_timestamps = {
             key: [t + shift for t in value] if isinstance(value, list) else value + shift

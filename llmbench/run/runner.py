@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from llmbench.backends.base import Backend
+from llmbench.backends.cache_reset import reset_prefix_cache
 from llmbench.backends.factory import make_backend
+from llmbench.backends.openai_request import auth_headers
 from llmbench.config.schema import RunConfig
 from llmbench.device.ceilings import run_ceilings, run_clock_sampler
 from llmbench.device.environment import collect_environment
@@ -29,6 +31,7 @@ from llmbench.profiling.window import STEP_HOOK, window_from_env
 from llmbench.results.summary import RunSummary
 from llmbench.run.phase import RunState, RunStopped, run_phase
 from llmbench.run.plan import Workload, build_workload
+from llmbench.run.prefix_cache import reset_url, trial_cache
 from llmbench.run.progress import Progress
 from llmbench.run.result_files import ResultWriter
 from llmbench.run.signals import interrupt_name
@@ -68,6 +71,7 @@ def run_benchmark(
         workloads = (
             first if k == 0 else build_workload(config, backend.model_info, k) for k in range(repeat)
         )
+        reset = reset_url(config, backend)  # the preflight made sure the server takes it
         clocks = run_clock_sampler(config)  # the GPU's SM clock over the ceilings' GEMM, then the trials
         ceilings = run_ceilings(config, clocks)  # before the first request: the device is idle
         freeze_heap()  # as the engine core and the server do: the engines compared pay the same GC
@@ -82,10 +86,11 @@ def run_benchmark(
             backend, writer, config, progress, run_start, steps, window=window, telemetry=telemetry
         )
         trial_metrics: list[dict[str, Any]] = []
+        warnings: list[str] = []
         complete = False
         stopped = interrupted = None  # what stopped the run early, said in stop_reason
         try:
-            _run_trials(state, first, workloads, repeat, trial_metrics)
+            _run_trials(state, first, workloads, repeat, trial_metrics, warnings, reset)
             complete = True
             stopped = nothing_completed(trial_metrics)
             if stopped:
@@ -122,6 +127,10 @@ def run_benchmark(
             samples = state.samples.texts(config)
             if samples:
                 summary["samples"] = samples
+            if backend.served_model is not None:
+                summary["served_model"] = backend.served_model
+            if warnings:
+                summary["warnings"] = warnings
             if stopped:
                 summary["stop_reason"] = stopped
             elif interrupted:
@@ -143,13 +152,19 @@ def _run_trials(
     workloads: Iterable[Workload],
     repeat: int,
     trial_metrics: list[dict[str, Any]],
+    warnings: list[str],
+    reset: str | None,
 ) -> None:
-    """Appends each trial's metrics as it ends, partial trials included."""
+    """Appends each trial's metrics as it ends, partial trials included, and what each trial's figures
+    should be read with to `warnings`; `reset`: the server whose prefix cache each trial starts by
+    emptying."""
     if first.warmup:
         run_phase(state, first.warmup, trial=0, warmup=True, label="warm-up")
         state.backend.drain_step_records()  # warm-up steps are not part of the measurement
     for k, workload in enumerate(workloads):
         start = len(state.records)
+        if reset is not None:
+            reset_prefix_cache(reset, auth_headers(state.config.backend.api_key_env))
         try:
             with state.telemetry or contextlib.nullcontext():
                 run_phase(state, workload.requests, trial=k, warmup=False, label=f"trial {k + 1}/{repeat}")
@@ -159,4 +174,10 @@ def _run_trials(
             )
             # requests a Ctrl-C or a stop cut off before their first token are neither done nor failed
             metrics["not_started"] = state.not_started
+            cache = trial_cache(k, state.records[start:], state.prefixes)
+            metrics["cached_prompt_tokens"] = cache.cached_prompt_tokens
+            metrics["warm_cache_requests"] = cache.warm_cache_requests
+            if cache.warning:
+                warnings.append(cache.warning)
+                logger.warning(cache.warning)
             trial_metrics.append(metrics)

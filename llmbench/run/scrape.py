@@ -41,8 +41,17 @@ def http_get(url: str, timeout_s: float) -> str:
     import httpx
 
     response = httpx.get(url, timeout=timeout_s)
-    response.raise_for_status()
+    if response.status_code >= 400:  # httpx's own error text ends in a page of documentation
+        raise MetricsUnavailable(response.status_code)
     return response.text
+
+
+class MetricsUnavailable(Exception):
+    """The server answers GET /metrics with an error status."""
+
+    def __init__(self, status: int):
+        super().__init__(f"HTTP {status}")
+        self.status = status
 
 
 class MetricsScraper:
@@ -91,20 +100,25 @@ class MetricsScraper:
         try:
             text = self.fetch(self.url, max(1.0, self.interval_s))
             values, sources = known_quantities(parse_samples(text))
-        # best effort: httpx's transport and status errors share no base with OSError, and a server's
-        # text can be anything; no failure of the scrape may fail the run
+        except MetricsUnavailable as e:
+            # a server without /metrics (transformers serve) is no fault of the run's: said once, quietly
+            self._failed(f"answered {e}", quiet=e.status == 404)
+            return
+        # best effort: httpx's transport errors share no base with OSError, and a server's text can be
+        # anything; no failure of the scrape may fail the run
         except Exception as e:
             self._failed(f"{type(e).__name__}: {str(e)[:200]}")
             return
         self.sources.update(sources)
         self.rows.append((time.perf_counter() - self.run_start, self.trial, values))
 
-    def _failed(self, reason: str) -> None:
+    def _failed(self, reason: str, quiet: bool = False) -> None:
         if self.rows:
             logger.debug("server metrics: a scrape of %s failed (%s)", self.url, reason)
             return
-        self.error = f"GET {self.url} failed ({reason})"
-        logger.warning("server metrics: %s; the run goes on without the server's own figures", self.error)
+        self.error = f"GET {self.url} {reason}" if quiet else f"GET {self.url} failed ({reason})"
+        log = logger.info if quiet else logger.warning
+        log("server metrics: %s; the run goes on without the server's own figures", self.error)
 
     def csv_text(self) -> str:
         """server_metrics.csv: one line a scrape, a column a quantity the server reported."""

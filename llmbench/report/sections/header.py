@@ -126,16 +126,19 @@ ROWS = (  # (label, cell from config and environment, the config section it need
 )
 
 
-def _served_elsewhere(name: str, config: dict[str, Any], env: dict[str, Any]) -> str | None:
-    """A row's cell for a run streamed to an OpenAI-compatible server (backend.type openai): the model,
-    device, engine and software that served it are the server's, which the OpenAI API does not report, so
-    the local config's and machine's are shown only as the client's. None for any other run or row."""
+def _served_elsewhere(name: str, summary: dict[str, Any]) -> str | None:
+    """A row's cell for a run streamed to an OpenAI-compatible server (backend.type openai): the model
+    is the one the server named, and the device, engine and software that served it are the server's,
+    which the OpenAI API does not report, so the local config's and machine's are shown only as the
+    client's. None for any other run or row."""
+    config, env = summary.get("config") or {}, summary.get("environment") or {}
     backend = config.get("backend") or {}
     if backend.get("type") != "openai":
         return None
     url = backend.get("url") or "?"
     if name == "Model":
-        return f"{backend['model']} at {url}" if backend.get("model") else f"the first model {url} lists"
+        served = summary.get("served_model") or backend.get("model")  # runs before served_model: the config's
+        return f"{served} at {url}" if served else f"the first model {url} lists"
     if name == "Device":
         return f"the server's: not reported; this client: {_machine(env)}"
     if name == "Engine toggles":
@@ -190,14 +193,15 @@ def render(page: Page) -> str:
             "recomputed from the requests that completed before it stopped.</p>"
         )
     parts += _client_flags(page)
+    parts += _run_warnings(page)
+    parts += _no_server_figures(page)
     parts += [f"<p>{esc(line)}</p>" for line in _study_lines(page)]
     columns = sources(page)
     if columns:
         rows = []
         for name, cell, section in ROWS:
             cells = [
-                _served_elsewhere(name, s.get("config") or {}, s.get("environment") or {})
-                or cell(s.get("config") or {}, s.get("environment") or {})
+                _served_elsewhere(name, s) or cell(s.get("config") or {}, s.get("environment") or {})
                 for _, s in columns
             ]
             if name == "Arrival":
@@ -237,6 +241,28 @@ def _client_flags(page: Page) -> list[str]:
                 "(llmbench calibrate measures it).</p>"
             )
     return flags
+
+
+def _run_warnings(page: Page) -> list[str]:
+    """summary.json's warnings, each run's: what its figures must be read with (a warm prefix cache)."""
+    return [
+        f'<p><span class="incomplete">WARNING</span> {esc(label)}: {esc(warning)}</p>'
+        for label, summary in sources(page)
+        for warning in summary.get("warnings") or ()
+    ]
+
+
+def _no_server_figures(page: Page) -> list[str]:
+    """A line for each HTTP run whose server gave no figures of its own (no /metrics), and why."""
+    lines = []
+    for label, summary in sources(page):
+        server = summary.get("server_metrics") or {}
+        if server and not server.get("available"):
+            lines.append(
+                f"<p>{esc(label)}: no server-side figures ({esc(server.get('reason'))}); the client's "
+                "figures are complete without them.</p>"
+            )
+    return lines
 
 
 def _has_gpu(steps: dict[str, Any]) -> bool:

@@ -9,8 +9,11 @@ from llmbench.engine.config import EngineConfig
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.request import SamplingParams
 from llmbench.engine.serving.engine_loop import RECORDS_EVERY_S
+from llmbench.engine.serving.generation import Choice
+from llmbench.engine.serving.responses import Shape
 
 from tests.engine.helpers import TINY_CPU
+from tests.engine.serving.servers import start_server
 
 PROMPTS = [[(11 * i + j) % 500 + 3 for j in range(4 + 7 * i)] for i in range(3)]
 
@@ -101,6 +104,15 @@ def test_chat_streamed_and_whole(client, server):
     assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
 
 
+def test_a_chat_chunk_without_text_has_an_empty_delta_as_openai_sends_it():
+    # the finish chunk of a stream whose last token brought no text (a stop token, say)
+    choice = Choice(0, "r", [5], detokenizer=None, finish_reason="length")
+    chunk = Shape(chat=True, model="tiny", return_token_ids=False).chunk_choice(choice, "", [], first=False)
+    assert chunk["delta"] == {} and chunk["finish_reason"] == "length"
+    first = Shape(chat=True, model="tiny", return_token_ids=False).chunk_choice(choice, "", [], first=True)
+    assert first["delta"] == {"role": "assistant", "content": ""}
+
+
 def test_a_stop_string_ends_the_text_before_it(client):
     free = client.completions.create(
         model="tiny", prompt=PROMPTS[0], max_tokens=12, temperature=0, extra_body={"ignore_eos": True}
@@ -162,6 +174,12 @@ def test_bad_input_is_a_4xx_with_a_message(server, path, body, status, message):
         assert message in response.json()["error"]["message"]
 
 
+def test_an_unknown_model_is_a_not_found_error_as_vllm_names_it(client):
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.completions.create(model="gpt-4", prompt="hi", max_tokens=2)
+    assert caught.value.body["type"] == "NotFoundError" and caught.value.body["code"] == 404
+
+
 def test_unknown_fields_are_ignored_and_the_server_still_serves(server):
     body = {"prompt": [5, 6], "max_tokens": 2, "no_such_field": {"x": 1}, "frequency_penalty": 0}
     response = httpx.post(server.url + "/v1/completions", json=body)
@@ -173,6 +191,32 @@ def engine_steps(server) -> float:
     """Engine steps recorded so far (none before the first drain)."""
     labels = {"model_name": "tiny"}
     return server.state.metrics.registry.get_sample_value("llmbench:step_cpu_ms_count", labels) or 0.0
+
+
+@pytest.fixture(params=["in process", "split core"])
+def any_server(request, server):
+    if request.param == "in process":
+        yield server
+        return
+    split = start_server(process_split=True)
+    yield split
+    split.stop()
+
+
+def test_usage_counts_cached_prompt_tokens_until_the_cache_is_reset(any_server):
+    server = any_server
+    # 80 tokens: four full 16-token blocks, of which the last token's is never served from cache
+    body = {"prompt": [(7 * j) % 500 + 3 for j in range(80)], "max_tokens": 2, "ignore_eos": True}
+
+    def cached() -> int:
+        response = httpx.post(server.url + "/v1/completions", json=body)
+        return response.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    first = cached()
+    assert cached() == 64 and first < 64  # the repeat finds the first's four full blocks but the last
+    assert httpx.post(server.url + "/reset_prefix_cache").status_code == 200
+    assert cached() == 0
+    assert server.check_empty() is None
 
 
 def test_a_disconnect_mid_stream_aborts_the_request_and_frees_its_blocks(server):

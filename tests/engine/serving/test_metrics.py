@@ -24,7 +24,7 @@ def test_inter_token_histogram_matches_prometheus_observing_each_gap():
         registry=reference_registry,
     ).labels("tiny")
     for handed in requests:
-        metrics.observe_request(handed[0] - 0.5, handed, 4, len(handed), "length")
+        metrics.observe_request(handed[0] - 0.5, handed, 4, len(handed), "length", 0)
         for before, after in zip(handed[:-1], handed[1:], strict=True):
             reference.observe(after - before)
     ours = exposition(metrics.registry, "vllm:inter_token_latency_seconds")

@@ -76,6 +76,18 @@ def test_refused_stream_options_name_backend_include_usage():
         preflight(config(mock.url, "backend.include_usage=false"))
 
 
+def test_refused_vllm_fields_name_workload_ignore_eos():
+    # transformers serve answers HTTP 422 {"detail": "Unexpected fields in the request: {...}"}
+    with MockServer(MockSettings(openai_fields_only=True, **FAST)) as mock:
+        with pytest.raises(PreflightError) as caught:
+            preflight(config(mock.url, "backend.prompt_format=text"))
+        assert str(caught.value).startswith("workload.ignore_eos: the server refuses vLLM's ignore_eos")
+        assert "HTTP 422: Unexpected fields in the request" in str(caught.value)
+        assert "output lengths are then the server's choice" in str(caught.value)
+        probes_only(mock, [422, 200])  # as configured, then without ignore_eos and min_tokens
+        preflight(config(mock.url, "backend.prompt_format=text", "workload.ignore_eos=false"))
+
+
 def test_nothing_listening_names_backend_url():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -97,3 +97,27 @@ def test_scrapes_become_increases_per_trial_server_means_and_gauge_statistics():
 def test_a_counter_that_went_down_was_reset_and_its_increase_is_unknown():
     rows = [(0.0, 0, {"prompt_tokens": 50.0}), (1.0, 0, {"prompt_tokens": 10.0})]
     assert summarize_scrapes(rows)["prompt_tokens"] is None
+
+
+@pytest.mark.parametrize("prefix", ["vllm:", "vllm:gpu_"])
+def test_each_trials_prefix_cache_hit_rate_from_either_spelling_of_vllms_counters(prefix):
+    def scrape(queries: float, hits: float) -> dict[str, float]:
+        text = f"{prefix}prefix_cache_queries_total {queries}\n{prefix}prefix_cache_hits_total {hits}\n"
+        return known_quantities(parse_samples(text))[0]
+
+    # trial 0 finds none of its 100 tokens cached; trial 1 finds 75 of its 100
+    rows = [
+        (0.0, 0, scrape(0, 0)),
+        (1.0, 0, scrape(100, 0)),
+        (2.0, 1, scrape(100, 0)),
+        (3.0, 1, scrape(200, 75)),
+    ]
+    assert summarize_scrapes(rows)["prefix_cache_hit_rate_by_trial"] == [0.0, 0.75]
+
+
+def test_sglangs_cache_hit_rate_gauge_is_averaged_over_each_trial():
+    rows = [
+        (float(i), i // 2, known_quantities(parse_samples(f"sglang:cache_hit_rate {r}"))[0])
+        for i, r in enumerate([0, 0.2, 0.5, 0.7])
+    ]
+    assert summarize_scrapes(rows)["prefix_cache_hit_rate_by_trial"] == pytest.approx([0.1, 0.6])

@@ -102,6 +102,7 @@ def test_timed_out_requests_are_aborted_and_counted_as_failed(tmp_path):
     metrics = result.summary.to_dict()["metrics"]
     assert result.summary.to_dict()["complete"] is True
     assert (metrics["completed"], metrics["failed"]) == (len(done), len(timed_out))
+    assert metrics["timed_out"] == 8 and metrics["cancelled"] == 0  # a failure kind of its own
     assert metrics["max_e2el_ms"] < (timeout + 2 * step_s) * 1000
 
 

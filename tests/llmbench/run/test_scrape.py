@@ -52,17 +52,22 @@ def test_the_server_s_counters_over_the_trial_are_what_the_run_sent(tmp_path, ou
     assert "/metrics beside the client" in report.read_text()
 
 
-class NotFound(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(404)
-        self.end_headers()
+def answering(status: int) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(status)
+            self.end_headers()
 
-    def log_message(self, *args):
-        pass
+        def log_message(self, *args):
+            pass
+
+    return Handler
 
 
-def test_a_server_without_metrics_is_one_warning_and_no_figures(caplog):
-    http = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+@pytest.mark.parametrize(("status", "level"), [(404, "INFO"), (500, "WARNING")])
+def test_a_server_without_metrics_is_one_short_line_and_no_figures(caplog, status, level):
+    caplog.set_level("INFO", logger="llmbench.run.scrape")
+    http = ThreadingHTTPServer(("127.0.0.1", 0), answering(status))
     threading.Thread(target=http.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{http.server_address[1]}/metrics"
     try:
@@ -73,9 +78,32 @@ def test_a_server_without_metrics_is_one_warning_and_no_figures(caplog):
     finally:
         http.shutdown()
     summary = scraper.summary()
-    assert summary["available"] is False and "404" in summary["reason"] and url in summary["reason"]
-    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warnings) == 1 and "goes on without the server's own figures" in warnings[0].getMessage()
+    assert (
+        summary["available"] is False and f"HTTP {status}" in summary["reason"] and url in summary["reason"]
+    )
+    # no server without /metrics warns each run: a missing one (404) is said at INFO, in one short line
+    lines = [r for r in caplog.records if r.name == "llmbench.run.scrape"]
+    assert [r.levelname for r in lines] == [level]
+    assert "goes on without the server's own figures" in lines[0].getMessage()
+    assert "\n" not in lines[0].getMessage() and "http" not in lines[0].getMessage().split(url)[1]
+
+
+def test_the_report_names_the_served_model_and_says_the_server_gave_no_figures(tmp_path):
+    from llmbench.mock_server import MockServer, MockSettings
+
+    run = {
+        "name": "mocked",
+        "model": {"preset": "tiny"},
+        "workload": {"num_requests": 2, "output": {"mean": 3}},
+    }
+    with MockServer(MockSettings(ttft_ms=0, itl_ms=0, model="served-name")) as mock:
+        result = run_benchmark(
+            parse_config(run, ["backend.type=openai", f"backend.url={mock.url}"]), tmp_path / "run"
+        )
+    assert result.summary["served_model"] == "served-name"
+    page = write_report([tmp_path / "run"], tmp_path / "run").read_text()
+    assert f"served-name at {mock.url}" in page
+    assert f"no server-side figures (GET {mock.root}/metrics answered HTTP 404)" in page
 
 
 def test_text_that_is_not_prometheus_s_is_no_figures_either():
