@@ -100,7 +100,7 @@ def test_the_report_names_the_served_model_and_says_the_server_gave_no_figures(t
         result = run_benchmark(
             parse_config(run, ["backend.type=openai", f"backend.url={mock.url}"]), tmp_path / "run"
         )
-    assert result.summary["served_model"] == "served-name"
+    assert result.summary.to_dict()["served_model"] == "served-name"
     page = write_report([tmp_path / "run"], tmp_path / "run").read_text()
     assert f"served-name at {mock.url}" in page
     assert f"no server-side figures (GET {mock.root}/metrics answered HTTP 404)" in page
