@@ -22,6 +22,7 @@ import pandas
 
 from llmbench.device.environment import command_line
 from llmbench.metrics.steps import CPU_PHASES
+from llmbench.results.summary import RunSummary
 
 STEP_FIGURES = (
     "mean_cpu_ms_per_step",
@@ -65,14 +66,14 @@ def steady_decode_figures(steps_csv: Path) -> dict:
 
 
 def run_figures(run_dir: Path) -> dict:
-    summary = json.loads((run_dir / "summary.json").read_text())
-    figures = {name: summary["steps"].get(name) for name in STEP_FIGURES}
-    figures |= {name: summary["metrics"].get(name) for name in METRIC_FIGURES}
+    summary = RunSummary.load(run_dir)
+    figures = {name: summary.steps.value(name) for name in STEP_FIGURES}
+    figures |= {name: summary.metrics.value(name) for name in METRIC_FIGURES}
     figures |= steady_decode_figures(run_dir / "steps.csv")
     # a multi-turn run's TTFT by turn: later turns resend the history, which a prefix cache holds
-    for turn, metrics in summary.get("turns", {}).items():
-        figures[f"turn{turn}_median_ttft_ms"] = metrics.get("median_ttft_ms")
-    figures["command"] = summary["environment"]["command"]
+    for turn, metrics in (summary.turns or {}).items():
+        figures[f"turn{turn}_median_ttft_ms"] = metrics.latencies.median_ttft_ms
+    figures["command"] = summary.environment.command
     return figures
 
 

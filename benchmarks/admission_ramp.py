@@ -16,22 +16,22 @@ import sys
 from pathlib import Path
 
 from llmbench.results.records import load_requests
-from llmbench.run.summary import load_summary
+from llmbench.results.summary import RunSummary
 
 
 def ramp(run_dir: Path) -> dict:
     rows = [r for r in load_requests(run_dir) if not r.warmup and r.server_timestamps]
     start = min(r.submit_time for r in rows)
     queued = [r.server_timestamps["t_queued"] - start for r in rows]
-    summary = load_summary(run_dir)
+    summary = RunSummary.load(run_dir)
     return {
-        "run_command": summary["environment"].get("command"),
-        "git_commit": summary["environment"].get("git_commit"),
+        "run_command": summary.environment.command,
+        "git_commit": summary.environment.git_commit,
         "requests": len(rows),
         "mean_ttft_ms": statistics.mean(r.first_token_time - r.submit_time for r in rows) * 1e3,
         "first_admitted_ms": min(queued) * 1e3,
         "last_admitted_ms": max(queued) * 1e3,
-        "output_throughput": summary["metrics"]["output_throughput"],
+        "output_throughput": summary.metrics.output_throughput,
     }
 
 

@@ -29,7 +29,7 @@ from llmbench.engine.serving.engine_loop import RECORDS_EVERY_S
 
 from llmbench.backends.server import ServerBackend
 from llmbench.config.load import load_config
-from llmbench.metrics.steps import step_value
+from llmbench.results.summary import RunSummary
 from llmbench.run.runner import run_benchmark
 
 CONFIG = "configs/llama3-8b-decode.yaml"
@@ -69,17 +69,17 @@ class _MeteredServer(ServerBackend):
         return float(match.group(1)) if match else None
 
 
-def _figures(summary: dict, gpu_ms: float | None) -> dict:
-    trials = summary.get("trials") or [summary["metrics"]]
-    duration_s = sum(t["duration_s"] for t in trials)
-    figures = {key: summary["metrics"].get(key) for key in KEYS}
-    figures["completed"] = sum(t["completed"] for t in trials)
-    figures["failed"] = sum(t["failed"] for t in trials)
-    steps = summary.get("steps") or {}
-    if gpu_ms is None and steps.get("mean_gpu_ms") is not None:
-        gpu_ms = steps["mean_gpu_ms"] * steps["num_steps"]
+def _figures(summary: RunSummary, gpu_ms: float | None) -> dict:
+    trials = summary.trials or [summary.metrics]
+    duration_s = sum(t.duration_s for t in trials)
+    figures = {key: summary.metrics.value(key) for key in KEYS}
+    figures["completed"] = sum(t.completed for t in trials)
+    figures["failed"] = sum(t.failed for t in trials)
+    steps = summary.steps
+    if gpu_ms is None and steps.mean_gpu_ms is not None:
+        gpu_ms = steps.mean_gpu_ms * steps.num_steps
     figures["gpu_busy_step_gpu_ms_over_duration"] = gpu_ms / 1e3 / duration_s if gpu_ms else None
-    figures["gpu_busy_step_spans"] = step_value(steps, "gpu_busy_step_spans")
+    figures["gpu_busy_step_spans"] = steps.value("gpu_busy_step_spans")
     return figures
 
 

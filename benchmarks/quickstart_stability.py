@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from llmbench.results.files import write_atomic
-from llmbench.run.summary import load_summary
+from llmbench.results.summary import RunSummary
 
 log = logging.getLogger("quickstart_stability")
 COMMAND = [sys.executable, "-m", "llmbench", "run", "quickstart", "--no-report"]
@@ -39,14 +39,14 @@ def run_once(index: int, scratch: Path) -> dict:
     start = time.perf_counter()
     subprocess.run([*COMMAND, "--out", str(out)], env=env, check=True, capture_output=True)
     wall = time.perf_counter() - start
-    summary = load_summary(out)
-    metrics = summary["metrics"]
+    summary = RunSummary.load(out)
+    metrics = summary.metrics
     row = {
         "omp_num_threads_env": env.get("OMP_NUM_THREADS"),
-        "torch_threads": summary["environment"]["torch_threads"],
-        "output_throughput": metrics["output_throughput"],
-        "mean_ttft_ms": metrics["mean_ttft_ms"],
-        "duration_s": metrics["duration_s"],
+        "torch_threads": summary.environment.torch_threads,
+        "output_throughput": metrics.output_throughput,
+        "mean_ttft_ms": metrics.latencies.mean_ttft_ms,
+        "duration_s": metrics.duration_s,
         "wall_s": wall,
         "load_1min_before": load_before,
         "load_1min_after": os.getloadavg()[0],

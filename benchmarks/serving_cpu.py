@@ -74,13 +74,14 @@ def measure(overrides: list[str], repeat: int) -> dict:
         backend.start(config)
     with tempfile.TemporaryDirectory(prefix="serving-cpu-") as run_dir:
         run = run_benchmark(config, Path(run_dir), repeat=repeat, backend=backend, replace=True)
-    trials = run.summary.get("trials") or [run.summary["metrics"]]
-    tokens = sum(t["total_output_tokens"] for t in trials)
+    metrics = run.summary.metrics
+    trials = run.summary.trials or [metrics]
+    tokens = sum(t.total_output_tokens for t in trials)
     row = {
-        "output_throughput": run.summary["metrics"]["output_throughput"],
-        "mean_itl_ms": run.summary["metrics"]["mean_itl_ms"],
-        "p99_itl_ms": run.summary["metrics"]["p99_itl_ms"],
-        "mean_ttft_ms": run.summary["metrics"]["mean_ttft_ms"],
+        "output_throughput": metrics.output_throughput,
+        "mean_itl_ms": metrics.latencies.mean_itl_ms,
+        "p99_itl_ms": metrics.value("p99_itl_ms"),
+        "mean_ttft_ms": metrics.latencies.mean_ttft_ms,
         "total_output_tokens": tokens,
     }
     if backend is not None and len(backend.cpu_s) == 2:

@@ -179,6 +179,24 @@ def env(
 
 
 @app.command()
+def schema(
+    name: Annotated[str, typer.Argument(help="Result file: summary")] = "summary",
+) -> None:
+    """Print the JSON Schema of a result file (summary: a run's summary.json).
+
+    Example:
+
+        llmbench schema summary
+    """
+    from llmbench.results.schema import TYPES, json_schema
+
+    if name not in TYPES:
+        typer.echo(f"schema {name!r}: expected one of {', '.join(TYPES)}", err=True)
+        raise typer.Exit(2)
+    typer.echo(json.dumps(json_schema(name), indent=2))
+
+
+@app.command()
 def kernels(
     dtype: Annotated[str, typer.Option(help="Data type: bf16 or fp16")] = "bf16",
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON to this file")] = None,

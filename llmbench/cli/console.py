@@ -6,13 +6,16 @@ import logging
 import time
 from typing import Any
 
+import msgspec
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from llmbench.device.clocks import describe as describe_clock
+from llmbench.results.metrics import Metrics
 from llmbench.results.records import RequestRecord
+from llmbench.results.summary import RunSummary
 
 console = Console(stderr=True)
 
@@ -67,62 +70,69 @@ class RunProgress:
 COUNT_NOTES = (("timed_out", "timed out"), ("cancelled", "cancelled"), ("not_started", "not started"))
 
 
-def metrics_table(summary: dict[str, Any]) -> Table:
+def metrics_table(summary: RunSummary) -> Table:
     """Headline numbers of a run: throughputs, then each latency's mean, median and tail."""
-    m = summary["metrics"]
-    title = summary["name"] + ("" if summary["complete"] else " (incomplete)")
+    title = summary.name + ("" if summary.complete else " (incomplete)")
     table = Table(title=title, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    counts = f"{m.get('completed', 0)} / {m.get('failed', 0)}"
-    notes = [f"{m[key]} {words}" for key, words in COUNT_NOTES if m.get(key)]
-    if notes:
-        counts += f" ({', '.join(notes)})"
-    rows = [
-        ("completed / failed", counts),
-        ("duration (s)", _fmt(m.get("duration_s"))),
-        ("request throughput (req/s)", _fmt(m.get("request_throughput"))),
-        ("output throughput (tok/s)", _fmt(m.get("output_throughput"))),
-        ("total token throughput (tok/s)", _fmt(m.get("total_token_throughput"))),
-    ]
-    if m.get("request_goodput") is not None:
-        rows.append(("request goodput (req/s)", _fmt(m["request_goodput"])))
-    tail = max((k for k in m if k.startswith("p") and k.endswith("_ttft_ms")), default=None, key=_pct)
-    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL")):
-        values = [_fmt(m.get(f"{stat}_{name}_ms")) for stat in ("mean", "median")]
-        if tail:
-            values.append(_fmt(m.get(tail.replace("ttft", name))))
-        suffix = f" / {tail.split('_')[0]}" if tail else ""
-        rows.append((f"{label} mean / median{suffix} (ms)", " / ".join(values)))
-    steps = summary.get("steps") or {}
-    if steps.get("num_steps"):
-        rows.append(("engine steps", str(steps["num_steps"])))
-        times = (steps.get(key) for key in ("mean_step_ms", "mean_cpu_ms_per_step", "mean_wait_ms"))
+    rows = _metric_rows(summary.metrics) if summary.metrics is not None else []
+    steps = summary.steps
+    if steps.num_steps:
+        rows.append(("engine steps", str(steps.num_steps)))
+        times = (steps.mean_step_ms, steps.mean_cpu_ms_per_step, steps.mean_wait_ms)
         rows.append(("step / CPU / readback wait, mean (ms)", " / ".join(_fmt(t) for t in times)))
-    if steps.get("throughput_of_bound") is not None:
-        reached = f"{_fmt(steps['bound_output_throughput'])} ({steps['throughput_of_bound']:.1%} reached)"
+    if steps.value("throughput_of_bound") is not None:
+        reached = f"{_fmt(steps.bound_output_throughput)} ({steps.throughput_of_bound:.1%} reached)"
         rows.append(("roofline bound output (tok/s)", reached))
-        if steps.get("throughput_of_serial_bound") is not None:
-            serial = steps["serial_bound_output_throughput"]
+        if steps.value("throughput_of_serial_bound") is not None:
+            serial = steps.serial_bound_output_throughput
             rows.append(
                 (
                     "serial bound output (tok/s)",
-                    f"{_fmt(serial)} ({steps['throughput_of_serial_bound']:.1%} reached)",
+                    f"{_fmt(serial)} ({steps.throughput_of_serial_bound:.1%} reached)",
                 )
             )
-    kinds = [k for k in ("prefill", "decode") if steps.get(f"{k}_steps_of_bound") is not None]
+    kinds = [k for k in ("prefill", "decode") if steps.value(f"{k}_steps_of_bound") is not None]
     if kinds:
         parts = (
-            f"{k} {steps[k + '_steps_of_bound']:.1%} of {_fmt(steps[k + '_steps_gpu_s'])} s" for k in kinds
+            f"{k} {steps.value(k + '_steps_of_bound'):.1%} of {_fmt(steps.value(k + '_steps_gpu_s'))} s"
+            for k in kinds
         )
         rows.append(("bound / GPU time by step kind", ", ".join(parts)))
-    if steps.get("gpu_clock"):
-        ceiling = describe_clock(steps.get("ceiling_gemm_clock"))
-        clock = describe_clock(steps["gpu_clock"]) + (f" (GEMM ceiling at {ceiling})" if ceiling else "")
+    if steps.value("gpu_clock"):
+        ceiling = describe_clock(msgspec.to_builtins(steps.value("ceiling_gemm_clock")))
+        clock = describe_clock(msgspec.to_builtins(steps.gpu_clock))
+        clock += f" (GEMM ceiling at {ceiling})" if ceiling else ""
         rows.append(("GPU SM clock, timed trials", clock))
     for label, value in rows:
         table.add_row(label, value)
     return table
+
+
+def _metric_rows(m: Metrics) -> list[tuple[str, str]]:
+    counts = f"{m.completed} / {m.failed}"
+    notes = [f"{m.value(key)} {words}" for key, words in COUNT_NOTES if m.value(key)]
+    if notes:
+        counts += f" ({', '.join(notes)})"
+    rows = [
+        ("completed / failed", counts),
+        ("duration (s)", _fmt(m.duration_s)),
+        ("request throughput (req/s)", _fmt(m.request_throughput)),
+        ("output throughput (tok/s)", _fmt(m.output_throughput)),
+        ("total token throughput (tok/s)", _fmt(m.total_token_throughput)),
+    ]
+    if m.request_goodput is not None:
+        rows.append(("request goodput (req/s)", _fmt(m.request_goodput)))
+    percentiles = m.latencies.percentiles
+    tail = max((k for k in percentiles if k.endswith("_ttft_ms")), default=None, key=_pct)
+    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL")):
+        values = [_fmt(m.value(f"{stat}_{name}_ms")) for stat in ("mean", "median")]
+        if tail:
+            values.append(_fmt(m.value(tail.replace("ttft", name))))
+        suffix = f" / {tail.split('_')[0]}" if tail else ""
+        rows.append((f"{label} mean / median{suffix} (ms)", " / ".join(values)))
+    return rows
 
 
 def _pct(key: str) -> float:

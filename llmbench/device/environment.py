@@ -32,7 +32,7 @@ def collect_environment() -> dict[str, Any]:
         "cpu": _cpu_model(),
         "cpu_cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a TorchVersion, which no JSON encoder but json.dumps takes
         "triton": _version("triton"),
         "transformers": _version("transformers"),
         "flash_attn_4": _version("flash-attn-4"),  # prefill_attention: flash's kernels, when installed

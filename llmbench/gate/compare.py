@@ -23,7 +23,6 @@ from llmbench.gate.load import (
     parse_metric_spec,
     warn_of_clock_mismatch,
 )
-from llmbench.metrics.steps import RENAMED_STEP_KEYS
 from llmbench.metrics.trial_stats import bootstrap_ratios, detectable_worsening, mann_whitney_greater, ratio
 
 DEFAULT_METRICS = (
@@ -70,8 +69,6 @@ class Verdict:
 def _lookup(root: dict, path: str) -> float | None:
     value = root
     for key in path.split("."):
-        if isinstance(value, dict) and key not in value:
-            key = RENAMED_STEP_KEYS.get(key, key)  # an older file's name for it
         if not isinstance(value, dict) or key not in value:
             return None
         value = value[key]

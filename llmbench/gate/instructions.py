@@ -37,6 +37,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmbench.results.summary import RunSummary
+
 # the two client requests the harness needs; outside Valgrind each is a few no-op instructions
 MARKS_SOURCE = """#include <valgrind/callgrind.h>
 void llmbench_start_instrumentation(void) { CALLGRIND_START_INSTRUMENTATION; }
@@ -190,11 +192,11 @@ def read_count(
     dumps = sorted(work.glob(f"{label}.callgrind.{process.pid}.*-01"))
     if not dumps:
         raise CountError(f"{tree}: callgrind wrote no count for the main thread; {where}")
-    summary = json.loads((work / f"{label}-run" / "summary.json").read_text())
+    metrics = RunSummary.load(work / f"{label}-run").metrics
     return StepInstructions(
         instructions=sum(callgrind_total(dump) for dump in dumps),
         steps=counts["steps"],
-        completed=int(summary["metrics"].get("completed", 0)),
+        completed=metrics.completed if metrics is not None else 0,
     )
 
 

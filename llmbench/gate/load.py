@@ -5,16 +5,18 @@ says complete: false."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from llmbench.device.clocks import clock_mismatch
 from llmbench.metrics.steps import summarize_steps
 from llmbench.results.files import load_steps
+from llmbench.results.json_file import ResultFileError
+from llmbench.results.summary import RunSummary
 
 log = logging.getLogger(__name__)
 
@@ -27,38 +29,38 @@ class CompareError(ValueError):
     """Bad input to compare (missing file, unknown metric, bad threshold): exit code 2."""
 
 
-def load_summary(path: Path) -> dict:
-    """A run directory or its summary.json; `complete` is False for a run cut short."""
+def load_summary(path: Path) -> dict[str, Any]:
+    """A run directory or its summary.json, read as a RunSummary (an older file migrated, a file that
+    is none refused) and handed on as its file's object: `--metric` names a figure by its key there,
+    and each trial gets its own `steps`. `complete` is False for a run cut short."""
     path = Path(path)
     if path.is_dir() and not (path / "summary.json").is_file():
         summary = _rebuilt(path)  # warns that the run is incomplete
     else:
         summary = _read(path / "summary.json" if path.is_dir() else path, path)
-        if not summary.get("complete", True):
+        if not summary.complete:
             log.warning("%s: incomplete run, judged on what it measured", path)
+    data = summary.to_dict()
     if path.is_dir():
-        _attach_trial_steps(summary, path)
-    return summary
+        _attach_trial_steps(data, path)
+    return data
 
 
-def _read(file: Path, path: Path) -> dict:
+def _read(file: Path, path: Path) -> RunSummary:
     if not file.is_file():
         raise CompareError(f"{path}: no such run directory or summary.json")
     try:
-        summary = json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise CompareError(f"{file}: not valid JSON ({e.msg})") from None
-    if not isinstance(summary, dict) or not isinstance(summary.get("metrics"), dict):
-        raise CompareError(f"{file}: not an llmbench summary (no 'metrics')")
-    return summary
+        return RunSummary.load(file)
+    except ResultFileError as e:
+        raise CompareError(str(e)) from None
 
 
-def _rebuilt(run_dir: Path) -> dict:
+def _rebuilt(run_dir: Path) -> RunSummary:
     from llmbench.report.load import ReportError, load_run
 
     try:
-        return load_run(run_dir).summary
-    except ReportError as e:
+        return RunSummary.from_dict(load_run(run_dir).summary, run_dir)
+    except (ReportError, ResultFileError) as e:
         raise CompareError(f"{run_dir}: no such run directory or summary.json ({e})") from None
 
 

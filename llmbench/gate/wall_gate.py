@@ -22,7 +22,6 @@ hold several interrupted ones at a step. Its interval comes from random halves o
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from llmbench.gate.compare import (
     flag_served_nothing,
 )
 from llmbench.metrics.trial_stats import bootstrap_ratios
+from llmbench.results.summary import RunSummary
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,6 @@ def measure_and_judge(
 
 
 def _fewest_completed(run_dirs: list[Path]) -> dict[str, Any]:
-    completed = [
-        json.loads((run / "summary.json").read_text())["metrics"].get("completed", 0) for run in run_dirs
-    ]
+    metrics = [RunSummary.load(run).metrics for run in run_dirs]
+    completed = [m.completed if m is not None else 0 for m in metrics]
     return {"metrics": {"completed": min(completed)}}

@@ -17,7 +17,9 @@ import yaml
 from llmbench.config.schema import OutputConfig, SloConfig
 from llmbench.metrics.requests import compute_metrics, latency_samples, median_over_trials
 from llmbench.metrics.steps import summarize_steps
+from llmbench.results.json_file import ResultFileError
 from llmbench.results.records import RequestRecord
+from llmbench.results.summary import RunSummary
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,7 +36,7 @@ class ReportError(ValueError):
 @dataclass
 class RunData:
     path: Path
-    summary: dict[str, Any]  # summary.json's content, or rebuilt from the row files
+    summary: dict[str, Any]  # summary.json's content through RunSummary, or rebuilt from the row files
     complete: bool
     requests: list[dict[str, Any]]  # requests.jsonl rows, warm-up left out
     steps: pd.DataFrame | None  # steps.csv, None when absent or empty
@@ -65,7 +67,7 @@ def load_run(path: Path) -> RunData:
     path = Path(path)
     if not path.is_dir():
         raise ReportError(f"{path}: not a run directory")
-    summary = read_json(path / "summary.json")
+    summary = _read_summary(path / "summary.json")
     requests = _read_requests(path / "requests.jsonl")
     if summary is None and requests is None:
         raise ReportError(f"{path}: neither summary.json nor requests.jsonl found")
@@ -114,6 +116,17 @@ def read_json(path: Path) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise ReportError(f"{path}: expected a JSON object")
     return data
+
+
+def _read_summary(path: Path) -> dict[str, Any] | None:
+    """summary.json read as a RunSummary (an older file migrated), as its file's object: the report's
+    sections still look its figures up by key."""
+    if not path.is_file():
+        return None
+    try:
+        return RunSummary.load(path).to_dict()
+    except ResultFileError as e:
+        raise ReportError(str(e)) from None
 
 
 def _read_requests(path: Path) -> list[dict[str, Any]] | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +19,7 @@ import yaml
 from llmbench.metrics.steps import StepCosts, derived_columns
 from llmbench.results.files import write_atomic
 from llmbench.results.records import RequestRecord
+from llmbench.results.summary import RunSummary
 from llmbench.run.directory import claim_run_dir
 
 _STEP_TIMES = ("t_start", "t_end", "gpu_start", "gpu_end")  # perf_counter seconds in StepRecords
@@ -79,8 +79,8 @@ class ResultWriter:
             self._steps.writerow([trial, *row.values()])
         self._steps_file.flush()
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
-        write_atomic(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    def write_summary(self, summary: RunSummary) -> None:
+        summary.save(self.run_dir / "summary.json")
 
     def close(self) -> None:
         self._requests.close()

@@ -28,6 +28,7 @@ from llmbench.metrics.roofline import bound_summary
 from llmbench.metrics.steps import summarize_steps
 from llmbench.metrics.turns import per_turn_metrics
 from llmbench.profiling.window import STEP_HOOK, window_from_env
+from llmbench.results.summary import RunSummary
 from llmbench.run.phase import RunState, RunStopped, run_phase
 from llmbench.run.plan import Workload, build_workload
 from llmbench.run.prefix_cache import reset_url, trial_cache
@@ -35,7 +36,7 @@ from llmbench.run.progress import Progress
 from llmbench.run.result_files import ResultWriter
 from llmbench.run.signals import interrupt_name
 from llmbench.run.step_rows import StepRows
-from llmbench.run.summary import build_summary, nothing_completed
+from llmbench.run.summary import build_summary, nothing_completed, typed_summary
 from llmbench.run.telemetry import Telemetry
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class RunResult:
     run_dir: Path
-    summary: dict[str, Any]
+    summary: RunSummary
     interrupted: bool = False
     stopped: str | None = None  # why the run stopped early (output.max_error_rate)
 
@@ -135,11 +136,12 @@ def run_benchmark(
             elif interrupted:
                 unstarted = f"{state.not_started} request{'' if state.not_started == 1 else 's'}"
                 summary["stop_reason"] = f"interrupted ({interrupted}); {unstarted} not started"
-            writer.write_summary(summary)
+            typed = typed_summary(summary)
+            writer.write_summary(typed)
             writer.close()
         if check and complete:
             backend.check_empty()
-        return RunResult(Path(run_dir), summary, bool(interrupted), stopped)
+        return RunResult(Path(run_dir), typed, bool(interrupted), stopped)
     finally:
         backend.close()
 

@@ -1,14 +1,13 @@
-"""summary.json: what a run measured, with its config and machine, and why it counts as failed."""
+"""summary.json: what a run measured, with its config and machine, and why it counts as failed. The
+sections come from metrics/ and device/ as dicts; here they become a RunSummary (llmbench/results)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from llmbench.metrics.requests import median_over_trials
+from llmbench.results.summary import SCHEMA_VERSION, RunSummary
 
-SCHEMA_VERSION = 1
 MAX_TRIALS = 1000  # --repeat: each trial's metrics stay in summary.json
 
 
@@ -45,5 +44,20 @@ def build_summary(
     return summary
 
 
-def load_summary(run_dir: str | Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / "summary.json").read_text())
+def typed_summary(summary: dict[str, Any]) -> RunSummary:
+    """The summary as its declared type. A key with no field there would be dropped from the file
+    without a word: that is a field missing in llmbench/results, and fails here instead."""
+    typed = RunSummary.from_dict(summary)
+    lost = _paths(summary) - _paths(typed.to_dict())
+    if lost:
+        raise AssertionError(f"summary keys with no field in llmbench/results: {sorted(lost)}")
+    return typed
+
+
+def _paths(data: Any, prefix: str = "") -> set[str]:
+    """Every key of nested objects as a dotted path (list items share their list's path)."""
+    if isinstance(data, list):
+        return {path for item in data for path in _paths(item, prefix)}
+    if not isinstance(data, dict) or prefix == "config.":
+        return set()
+    return {prefix + str(k) for k in data} | {p for k, v in data.items() for p in _paths(v, f"{prefix}{k}.")}

@@ -8,7 +8,6 @@ the ablation directory itself. The table is drawn by llmbench/studies/ablation_t
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 import statistics
@@ -16,11 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from llmbench.config.load import load_config
 from llmbench.config.schema import RunConfig
 from llmbench.device.clocks import merge_readings
 from llmbench.metrics.requests import median_over_trials
 from llmbench.metrics.trial_stats import bootstrap_median_ci, bootstrap_ratio_ci, ratio
+from llmbench.results.summary import RunSummary
 from llmbench.run.result_files import default_run_dir
 from llmbench.studies.study import StudyResult, run_point, write_json
 
@@ -191,20 +193,21 @@ def run_ablation(
             logger.info("trial %d/%d, variant %s: %s", trial, repeat, variant.name, ", ".join(settings))
             run_dir = f"{variant.directory}/trial-{trial}"
             run = run_point(config, config_path, out_dir / run_dir, progress, AblationError)
+            measured = run.summary.to_dict()
             trials[variant.name].append(
                 {
                     "trial": trial,
                     "run_dir": run_dir,
-                    "metrics": run.summary["metrics"],
-                    "steps": run.summary["steps"],
+                    "metrics": measured["metrics"],
+                    "steps": measured["steps"],
                 }
             )
             ablation["variants"] = _entries(variants, trials, order)
             if variant.name == f"+{order[-1]}":
                 # the directory's summary is all on's median trial, so report and compare can take it
                 median_run = _entry(variant, trials[variant.name])["run_dir"]
-                summary = json.loads((out_dir / median_run / "summary.json").read_text())
-                write_json(out_dir / "summary.json", {**summary, "name": base.name})
+                summary = RunSummary.load(out_dir / median_run)
+                msgspec.structs.replace(summary, name=base.name).save(out_dir / "summary.json")
             write_json(out_dir / "ablation.json", ablation)
             if run.interrupted:
                 result.interrupted = True

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from llmbench.backends.client_capacity import (
     DEFAULT_CHUNKS_PER_S,
     STREAM_CHUNKS_PER_S,
@@ -137,7 +139,7 @@ def _calibrate(
     """The error at the config's load, then the ladder of streams until a run is client-limited."""
     fidelity = MockSettings(ttft_ms=options.ttft_ms, itl_ms=options.itl_ms, output_tokens=MOCK_MAX_TOKENS)
     summary, rows, sent = run(fidelity, "fidelity", [])
-    data["fidelity"] = fidelity_error(rows, sent) | {"client": summary["client"]}
+    data["fidelity"] = fidelity_error(rows, sent) | {"client": msgspec.to_builtins(summary.client)}
     write_json(out_dir / "calibrate.json", data)
 
     # the load backend.workers auto sizes for, so that the figure kept divides it
@@ -147,20 +149,20 @@ def _calibrate(
     while streams <= options.max_streams:
         load = [*_ladder_load(streams), f"backend.workers={ladder_workers}"]
         summary, rows, sent = run(capacity, f"streams-{streams}", load)
-        client = summary["client"]
+        client = summary.client
         data["capacity"].append(
             {
                 "streams": streams,
                 "workers": ladder_workers,
                 "chunks_per_s": _chunks_per_s(rows),
                 "mock_chunks_per_s": _mock_chunks_per_s(sent),
-                "schedule_lag_ms": client["schedule_lag_ms"],
-                "client_limited": client["client_limited"],
-                "reason": client["reason"],
+                "schedule_lag_ms": msgspec.to_builtins(client.schedule_lag_ms),
+                "client_limited": client.client_limited,
+                "reason": client.reason,
             }
         )
         write_json(out_dir / "calibrate.json", data)
-        if client["client_limited"]:
+        if client.client_limited:
             break
         streams *= 2
     sustained = [level for level in data["capacity"] if not level["client_limited"]]

@@ -7,7 +7,6 @@ take it."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shlex
@@ -15,8 +14,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from llmbench.config.load import config_label, load_config
 from llmbench.config.schema import MAX_RATE, MAX_REQUESTS, MIN_RATE, RunConfig
+from llmbench.results.metrics import Metrics
+from llmbench.results.summary import RunSummary
 from llmbench.run.result_files import default_run_dir
 from llmbench.studies.capacity_search import SearchResult, SearchSpace, find_capacity
 from llmbench.studies.capacity_view import capacity_plot
@@ -115,14 +118,14 @@ def run_capacity(
         config.name = f"{base.name} @ {label} {'concurrent' if options.by == 'concurrency' else 'req/s'}"
         logger.info("%s %s, run %d", options.by, label, repeat + 1)
         run = run_point(config, config_path, out_dir / directory, progress, CapacityError)
-        share = goodput_share(run.summary["metrics"])
+        share = goodput_share(run.summary.metrics)
         data["runs"].append(
             {
                 "value": value,
                 "repeat": repeat,
                 "run_dir": directory,
                 "goodput_share": share,
-                "metrics": run.summary["metrics"],
+                "metrics": run.summary.to_dict()["metrics"],
             }
         )
         write_json(out_dir / "capacity.json", data)
@@ -139,16 +142,18 @@ def run_capacity(
     write_json(out_dir / "capacity.json", data)
     at_answer = [run for run in data["runs"] if run["value"] == search.passing]
     if at_answer:  # the last run at the highest passing load stands for the search
-        summary = json.loads((out_dir / at_answer[-1]["run_dir"] / "summary.json").read_text())
-        write_json(out_dir / "summary.json", {**summary, "name": base.name})
+        summary = RunSummary.load(out_dir / at_answer[-1]["run_dir"])
+        msgspec.structs.replace(summary, name=base.name).save(out_dir / "summary.json")
     capacity_plot(data, out_dir / "capacity.png")
     return result
 
 
-def goodput_share(metrics: dict[str, Any]) -> float:
+def goodput_share(metrics: Metrics | None) -> float:
     """The share of a run's timed requests that met every SLO; failed and unstarted ones did not."""
-    total = metrics["completed"] + metrics["failed"] + metrics.get("not_started", 0)
-    good = round((metrics["request_goodput"] or 0.0) * metrics["duration_s"])
+    if metrics is None:  # no trial finished
+        return 0.0
+    total = metrics.completed + metrics.failed + (metrics.not_started or 0)
+    good = round((metrics.request_goodput or 0.0) * metrics.duration_s)
     return good / total if total else 0.0
 
 

@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from rich.table import Table
 
 from llmbench.config.load import load_config
@@ -86,16 +87,16 @@ def run_sweep(
         logger.info("rate %s req/s", label)
         directory = f"{i:02d}-rate-{label}"
         run = run_point(config, config_path, out_dir / directory, progress, SweepError)
+        measured = run.summary.to_dict()
         sweep["points"].append(
             {
                 "rate": None if math.isinf(rate) else rate,  # JSON has no inf: null is all at once
                 "label": label,
                 "run_dir": directory,
-                "metrics": run.summary["metrics"],
-                "steps": run.summary["steps"],
+                **{key: measured[key] for key in ("metrics", "steps")},
             }
         )
-        write_json(out_dir / "summary.json", {**run.summary, "name": base.name})
+        msgspec.structs.replace(run.summary, name=base.name).save(out_dir / "summary.json")
         write_json(out_dir / "sweep.json", sweep)
         if run.interrupted:
             result.interrupted = True

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from llmbench.cli import app
 from llmbench.results.files import load_steps
-from llmbench.run.summary import load_summary
+from llmbench.results.summary import RunSummary
 from tests.engine.helpers import wait_gone
 from tests.llmbench.null_run import NULL_RUN
 
@@ -42,7 +42,7 @@ def test_a_two_rank_run_records_communication_per_step(tmp_path, tp_config):
     assert result.exit_code == 0, result.output
     steps = [row for row in load_steps(out) if row["num_prefill_tokens"] or row["num_decode_seqs"]]
     assert steps and all(row["comm_ms"] > 0 for row in steps)
-    summary = load_summary(out)
+    summary = RunSummary.load(out).to_dict()
     assert summary["config"]["engine"]["tensor_parallel_size"] == 2
     assert summary["steps"]["mean_comm_ms"] > 0
 
@@ -55,7 +55,10 @@ def test_ablate_runs_every_variant_on_two_ranks(tmp_path, tp_config):
     variants = json.loads((out / "ablation.json").read_text())["variants"]
     assert [v["name"] for v in variants][-1] == "all on"
     for variant in variants:
-        assert load_summary(out / variant["run_dir"])["config"]["engine"]["tensor_parallel_size"] == 2
+        assert (
+            RunSummary.load(out / variant["run_dir"]).to_dict()["config"]["engine"]["tensor_parallel_size"]
+            == 2
+        )
 
 
 @pytest.mark.parametrize(

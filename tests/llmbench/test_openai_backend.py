@@ -10,8 +10,8 @@ from llmbench.config.load import parse_config
 from llmbench.config.schema import ConfigError
 from llmbench.metrics.requests import arrival_gaps
 from llmbench.results.records import load_requests
+from llmbench.results.summary import RunSummary
 from llmbench.run.runner import run_benchmark
-from llmbench.run.summary import load_summary
 from tests.llmbench.sse_server import MODEL, Script, SSEServer
 
 RUN = {
@@ -171,9 +171,9 @@ def test_run_writes_every_request_and_the_vllm_metrics(tmp_path):
         cfg = config(server.url, "workload.max_concurrency=1")
         result = run_benchmark(cfg, tmp_path / "run")
     records = {r.id: r for r in load_requests(tmp_path / "run")}
-    metrics = load_summary(tmp_path / "run")["metrics"]
+    metrics = RunSummary.load(tmp_path / "run").to_dict()["metrics"]
     assert (metrics["completed"], metrics["failed"], metrics["total_output_tokens"]) == (3, 1, 9)
-    assert result.summary["complete"]
+    assert result.summary.to_dict()["complete"]
     assert [records[k].output_len for k in "0123"] == [3, 0, 3, 3]
     assert records["1"].error == "HTTP 503: injected failure"
     assert len(arrival_gaps(records["0"].token_times)) == 1  # a chunk of two tokens is one arrival

@@ -32,7 +32,7 @@ RUN = {
 
 def run(mock, out, *overrides: str) -> dict:
     config = parse_config(RUN, ["backend.type=openai", f"backend.url={mock.url}", *overrides])
-    return run_benchmark(config, out).summary["client"]
+    return run_benchmark(config, out).summary.to_dict()["client"]
 
 
 def real_spread(spread: dict) -> bool:
@@ -86,7 +86,7 @@ def test_each_worker_process_reports_its_loop(tmp_path):
 def test_an_in_process_run_has_peaks_but_no_client_loop(tmp_path, null_config_file):
     from llmbench.config.load import load_config
 
-    block = run_benchmark(load_config(null_config_file, []), tmp_path).summary["client"]
+    block = run_benchmark(load_config(null_config_file, []), tmp_path).summary.to_dict()["client"]
     assert block["workers"] is None and block["schedule_lag_ms"] is None
     assert block["client_limited"] is False and block["max_output_tokens_per_s"] > 0
 

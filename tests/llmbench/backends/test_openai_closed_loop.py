@@ -80,7 +80,7 @@ def test_a_run_keeps_max_concurrency_and_stamps_each_submit_where_it_started(tmp
     rows = load_requests(tmp_path / "run")
     assert len(served) == len(rows) == 20 and all(r.finish_reason == "length" for r in rows)
     assert most_in_flight(served) == 3
-    assert result.summary["client"]["max_in_flight"] == 3
+    assert result.summary.to_dict()["client"]["max_in_flight"] == 3
     # submit order is the workload's, each submit a time the loop stamped before its send began
     by_submit = sorted(rows, key=lambda r: (r.submit_time, int(r.id)))
     assert [r.id for r in by_submit] == [str(i) for i in range(20)]

@@ -114,5 +114,5 @@ def test_a_run_that_passes_sends_its_load_after_one_test_request(tmp_path):
     with MockServer(MockSettings(**FAST)) as mock:
         result = run_benchmark(config(mock.root), tmp_path / "run")  # the URL without /v1, as GuideLLM's
         records = mock.records()
-    assert result.summary["metrics"]["completed"] == 6
+    assert result.summary.to_dict()["metrics"]["completed"] == 6
     assert [r.tokens for r in records] == [1] + [4] * 6

@@ -18,8 +18,8 @@ from llmbench.report import write_report
 from llmbench.report.sections.ttft_split import PARTS, request_split
 from llmbench.results.files import load_steps
 from llmbench.results.records import load_requests
+from llmbench.results.summary import RunSummary
 from llmbench.run.runner import run_benchmark
-from llmbench.run.summary import load_summary
 
 # the tiny model's real forward pass on the CPU, as `llmbench serve` runs it
 RUN = {
@@ -38,7 +38,7 @@ COUNTS = ("completed", "failed", "total_input_tokens", "total_output_tokens")
 
 
 def counts(run_dir):
-    metrics = load_summary(run_dir)["metrics"]
+    metrics = RunSummary.load(run_dir).to_dict()["metrics"]
     lengths = {r.id: r.output_len for r in load_requests(run_dir) if not r.warmup}
     return {k: metrics[k] for k in COUNTS}, lengths
 
@@ -69,8 +69,8 @@ def test_split_server_matches_bundled_and_leaves_no_process(tmp_path, bundled):
     # timed prompt token prefilled once, the step summary filled in
     runs = (tmp_path / "run", bundled)
     prefilled = [sum(row["num_prefill_tokens"] for row in load_steps(run)) for run in runs]
-    assert prefilled[0] == prefilled[1] == load_summary(bundled)["metrics"]["total_input_tokens"]
-    assert load_summary(tmp_path / "run")["steps"]["num_steps"] > 0
+    assert prefilled[0] == prefilled[1] == RunSummary.load(bundled).to_dict()["metrics"]["total_input_tokens"]
+    assert RunSummary.load(tmp_path / "run").to_dict()["steps"]["num_steps"] > 0
     served = {r.id: r for r in load_requests(tmp_path / "run")}
     local = {r.id: r for r in load_requests(bundled)}
     # greedy on the same weights: the ids the chunks carried (return_token_ids) are the bundled run's,

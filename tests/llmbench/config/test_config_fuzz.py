@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from llmbench.cli import app
 from llmbench.config.load import ConfigFileError, load_config
 from llmbench.config.schema import RunConfig
-from llmbench.run.summary import load_summary
+from llmbench.results.summary import RunSummary
 
 # a valid, seconds-long run: the base every mutation starts from
 BASE = {
@@ -171,7 +171,7 @@ def test_cli_never_shows_a_traceback(tmp_path, changes):
     assert "Traceback" not in result.output, (applied, result.output)
     assert result.exit_code in (0, 1, 2), (applied, result.exit_code, result.output)
     if result.exit_code == 1:  # the one run failure hostile settings may cause on purpose
-        assert "stop_reason" in load_summary(run_dir), (applied, result.output)
+        assert "stop_reason" in RunSummary.load(run_dir).to_dict(), (applied, result.output)
     event(f"exit {result.exit_code}")  # --hypothesis-show-statistics: how many configs ran
     if result.exit_code == 2:
         line = " ".join(result.output.split())

@@ -41,7 +41,7 @@ def test_no_ceilings_where_the_bound_does_not_apply():
 
 def test_a_tiny_model_run_writes_the_bound_beside_its_ceilings(tmp_path):
     result = run_benchmark(parse_config(NULL_RUN, TINY_MODEL), tmp_path / "r")
-    steps, metrics = result.summary["steps"], result.summary["metrics"]
+    steps, metrics = result.summary.to_dict()["steps"], result.summary.to_dict()["metrics"]
     assert "bound_unavailable" not in steps
     assert steps["ceilings_dtype"] == "float32" and steps["ceilings_devices"] == 1
     assert steps["ceiling_gemm_flops_per_s"] > 0 and steps["ceiling_copy_bytes_per_s"] > 0
@@ -59,14 +59,14 @@ def test_a_run_through_our_server_has_the_bound_from_the_servers_step_log(tmp_pa
     # the engine's steps come back over HTTP and the ceilings are measured in the runner's process on
     # the same device: the bound table of a backend.type server run is filled, not "n/a"
     result = run_benchmark(parse_config(NULL_RUN, [*TINY_MODEL, "backend.type=server"]), tmp_path / "r")
-    steps, metrics = result.summary["steps"], result.summary["metrics"]
+    steps, metrics = result.summary.to_dict()["steps"], result.summary.to_dict()["metrics"]
     assert "bound_unavailable" not in steps and steps["num_steps"] > 0
     assert 0 < steps["bound_s"] < metrics["duration_s"]
     assert 0 < steps["throughput_of_bound"] < 1
 
 
 def test_a_null_executor_run_says_why_it_has_no_bound(tmp_path):
-    steps = run_benchmark(parse_config(NULL_RUN, []), tmp_path / "r").summary["steps"]
+    steps = run_benchmark(parse_config(NULL_RUN, []), tmp_path / "r").summary.to_dict()["steps"]
     assert steps["bound_s"] is None and steps["throughput_of_bound"] is None
     assert steps["bound_unavailable"].startswith("model.executor null")
 
@@ -107,7 +107,7 @@ def test_a_run_records_the_clock_of_its_ceilings_gemm_and_of_its_timed_trials(tm
 
     monkeypatch.setattr(runner, "run_phase", tagged_phase)
     config = parse_config(NULL_RUN, [*TINY_MODEL, "workload.warmup_requests=2", "workload.num_requests=4"])
-    steps = run_benchmark(config, tmp_path / "r", repeat=2).summary["steps"]
+    steps = run_benchmark(config, tmp_path / "r", repeat=2).summary.to_dict()["steps"]
     assert steps["ceiling_gemm_clock"] == {
         "sm_clock_mhz": 1500,
         "limited_fraction": 1.0,
@@ -118,5 +118,5 @@ def test_a_run_records_the_clock_of_its_ceilings_gemm_and_of_its_timed_trials(tm
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
 def test_a_cpu_run_has_no_clock_to_record(tmp_path):
-    steps = run_benchmark(parse_config(NULL_RUN, TINY_MODEL), tmp_path / "r").summary["steps"]
+    steps = run_benchmark(parse_config(NULL_RUN, TINY_MODEL), tmp_path / "r").summary.to_dict()["steps"]
     assert "gpu_clock" not in steps and "ceiling_gemm_clock" not in steps

@@ -3,6 +3,7 @@ absence of NVML on a machine without an NVIDIA driver."""
 
 import time
 
+import msgspec
 import pytest
 import torch
 
@@ -83,11 +84,22 @@ def test_the_run_table_and_the_report_show_a_run_s_clock_beside_its_ceiling_s():
     from llmbench.cli.console import metrics_table
     from llmbench.report.format import describe as describe_key
     from llmbench.report.format import number
+    from llmbench.results.steps import Steps
+    from llmbench.results.summary import SCHEMA_VERSION, Environment, RunSummary
 
     run = {"sm_clock_mhz": 1785.0, "limited_fraction": 1.0, "limits": ["sw power cap"]}
     ceiling = {"sm_clock_mhz": 1500.0, "limited_fraction": 0.79, "limits": ["sw power cap"]}
     steps = {"gpu_clock": run, "ceiling_gemm_clock": ceiling}
-    summary = {"name": "run", "complete": True, "metrics": {"completed": 1, "failed": 0}, "steps": steps}
+    summary = RunSummary(
+        schema_version=SCHEMA_VERSION,
+        name="run",
+        complete=True,
+        started_at="",
+        config={},
+        environment=Environment(),
+        metrics=None,
+        steps=msgspec.convert({"num_steps": 0, **steps}, Steps),
+    )
     console = Console(record=True, width=200)
     console.print(metrics_table(summary))
     text = console.export_text()

@@ -190,7 +190,7 @@ def test_a_cpu_run_has_the_power_keys_null_with_the_reason(tmp_path):
     from llmbench.run.runner import run_benchmark
     from tests.llmbench.null_run import NULL_RUN
 
-    steps = run_benchmark(parse_config(NULL_RUN), tmp_path / "run").summary["steps"]
+    steps = run_benchmark(parse_config(NULL_RUN), tmp_path / "run").summary.to_dict()["steps"]
     assert all(steps[key] is None for key in POWER_KEYS)
     assert steps["power_unavailable"] == "model.executor null: no model runs on a GPU"
     assert not (tmp_path / "run" / "gpu_samples.csv").exists()

@@ -2,6 +2,10 @@
 
 import numpy as np
 
+from llmbench.metrics.requests import compute_metrics
+
+PERCENTILES = [50.0, 90.0, 95.0, 99.0]
+
 
 def trial_metrics(rng: np.random.Generator, slowdown: float, noise: float) -> dict:
     """One trial of a run whose every step takes `slowdown` times as long, with relative noise."""
@@ -18,13 +22,28 @@ def trial_metrics(rng: np.random.Generator, slowdown: float, noise: float) -> di
 
 def summary(trials: list[dict], steps: dict | None = None) -> dict:
     medians = {key: float(np.median([t[key] for t in trials])) for key in trials[0]}
+    data = summary_file(medians, steps)
+    if len(trials) > 1:
+        data["trials"] = [full_metrics(trial) for trial in trials]
+    return data
+
+
+def full_metrics(figures: dict) -> dict:
+    """`figures` over a trial that completed 100 requests, every other key of the file null."""
+    return {**compute_metrics([], PERCENTILES), "completed": 100, **figures}
+
+
+def summary_file(figures: dict, steps: dict | None = None) -> dict:
+    """A summary.json holding `figures` among its metrics and `steps` among its steps."""
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "name": "synthetic",
         "complete": True,
-        "metrics": medians,
-        "steps": steps or {},
-        "trials": trials if len(trials) > 1 else None,
+        "started_at": "2026-01-01T00:00:00+00:00",
+        "config": {},
+        "environment": {},
+        "metrics": full_metrics(figures),
+        "steps": {"num_steps": 0, **(steps or {})},
     }
 
 

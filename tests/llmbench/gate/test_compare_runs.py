@@ -51,7 +51,7 @@ def run_dir_with_steps(path: Path, seed: int, cpu_ms_by_trial: list[float]) -> P
     """A run directory with repeated trials whose steps.csv carries the trial of every step."""
     path.mkdir()
     run = synthetic_run(seed, trials=len(cpu_ms_by_trial))
-    run["steps"] = {"mean_cpu_ms_per_step": float(np.mean(cpu_ms_by_trial))}
+    run["steps"] = {"num_steps": 0, "mean_cpu_ms_per_step": float(np.mean(cpu_ms_by_trial))}
     (path / "summary.json").write_text(json.dumps(run))
     lines = ["trial,step,t_start,t_end,schedule_ms,prepare_ms,sample_ms,output_ms,ipc_ms,gpu_ms"]
     for trial, cpu_ms in enumerate(cpu_ms_by_trial):

@@ -30,6 +30,7 @@ from llmbench.gate.wall_gate import (
     side_costs,
     step_cpu_ms,
 )
+from tests.llmbench.gate.synthetic_runs import summary_file
 from tests.llmbench.null_run import NULL_RUN
 
 ROOT = Path(__file__).parents[3]
@@ -41,7 +42,7 @@ def fake_run(path: Path, cpu_ms: list[float], completed: int = 10) -> Path:
     lines = ["trial,step,schedule_ms,prepare_ms,output_ms,ipc_ms,cpu_ms"]
     lines += [f"0,{i},0,0,0,0,{ms}" for i, ms in enumerate(cpu_ms)]
     (path / "steps.csv").write_text("\n".join(lines) + "\n")
-    (path / "summary.json").write_text(json.dumps({"complete": True, "metrics": {"completed": completed}}))
+    (path / "summary.json").write_text(json.dumps(summary_file({"completed": completed})))
     return path
 
 

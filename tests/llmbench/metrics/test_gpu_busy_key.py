@@ -2,12 +2,17 @@
 it as `gpu_busy_fraction`, and the ablation table and compare read it from there."""
 
 import io
+import json
+from pathlib import Path
 
 from rich.console import Console
 
 from llmbench.gate.compare import REGRESSION, compare_summaries, parse_metric_spec
+from llmbench.gate.load import load_summary
 from llmbench.metrics.steps import summarize_steps
 from llmbench.studies.ablation_table import ablation_table
+
+WRITTEN = Path(__file__).parents[3] / "docs/measurements/h200/field/capacity/summary.json"
 
 
 def rows() -> list[dict]:
@@ -29,11 +34,15 @@ def test_summary_names_the_figure_step_spans():
     assert steps["gpu_busy_step_spans"] == 13 / 20 and "gpu_busy_fraction" not in steps
 
 
-def test_compare_reads_the_old_name_in_an_older_baseline():
-    old = {"metrics": {"completed": 4}, "steps": {"gpu_busy_fraction": 0.9}}
-    new = {"metrics": {"completed": 4}, "steps": {"gpu_busy_step_spans": 0.6}}
+def test_compare_reads_the_old_name_in_an_older_baseline(tmp_path):
+    written = json.loads(WRITTEN.read_text())
+    written["steps"].pop("gpu_busy_step_spans", None)
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps(written | {"steps": written["steps"] | {"gpu_busy_fraction": 0.9}}))
+    new.write_text(json.dumps(written | {"steps": written["steps"] | {"gpu_busy_step_spans": 0.6}}))
     check = parse_metric_spec("steps.gpu_busy_step_spans")
-    verdict = next(v for v in compare_summaries(old, new, [check]) if v.metric == check.name)
+    verdicts = compare_summaries(load_summary(old), load_summary(new), [check])
+    verdict = next(v for v in verdicts if v.metric == check.name)
     assert (verdict.baseline, verdict.current, verdict.verdict) == (0.9, 0.6, REGRESSION)
 
 

@@ -88,7 +88,7 @@ def test_runner_records_when_each_request_ended(tmp_path):
     timed_out = [r for r in rows if r.finish_reason == "timeout"]
     assert timed_out and all(r.finish_time >= r.submit_time + 0.005 for r in timed_out)
     span = max(r.finish_time for r in rows) - min(r.submit_time for r in rows)
-    assert result.summary["metrics"]["duration_s"] == pytest.approx(span)
+    assert result.summary.to_dict()["metrics"]["duration_s"] == pytest.approx(span)
     config = parse_config(NULL_RUN)
     run_benchmark(config, tmp_path / "ok")
     assert all(r.finish_time == r.token_times[-1] for r in load_requests(tmp_path / "ok"))

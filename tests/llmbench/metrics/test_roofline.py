@@ -174,10 +174,16 @@ def test_the_run_table_and_the_report_name_each_kind_of_step_s_share_of_its_boun
 
     from llmbench.cli.console import metrics_table
     from llmbench.report.format import describe, number
+    from llmbench.results.steps import Steps
+    from llmbench.results.summary import SCHEMA_VERSION, RunSummary
 
-    steps = {"prefill_steps_gpu_s": 1.52, "prefill_steps_of_bound": 0.882, "decode_steps_gpu_s": 1.33}
-    steps["decode_steps_of_bound"] = 0.614
-    summary = {"name": "run", "complete": True, "metrics": {"completed": 1, "failed": 0}, "steps": steps}
+    steps = Steps(
+        num_steps=0, prefill_steps_gpu_s=1.52, prefill_steps_of_bound=0.882, decode_steps_gpu_s=1.33
+    )
+    steps.decode_steps_of_bound = 0.614
+    summary = RunSummary(
+        schema_version=SCHEMA_VERSION, name="run", complete=True, config={}, metrics=None, steps=steps
+    )
     console = Console(record=True, width=200)
     console.print(metrics_table(summary))
     assert "prefill 88.2% of 1.52 s, decode 61.4% of 1.33 s" in console.export_text()

@@ -164,6 +164,8 @@ def test_gpu_run_shows_gpu_busy_under_the_new_key_or_the_old(tmp_path, key):
     summary = json.loads((run / "summary.json").read_text())
     summary["steps"].pop("gpu_busy_fraction", None)
     summary["steps"].update({key: 0.875, "gpu_idle_ms": 12.0})
+    if key == "gpu_busy_fraction":  # the name version 1 files had before the rename
+        summary["schema_version"] = 1
     (run / "summary.json").write_text(json.dumps(summary))
     html = write_report([run], run).read_text()
     page = visible(html)

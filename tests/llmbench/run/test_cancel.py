@@ -34,7 +34,7 @@ def test_cancelled_streams_are_counted_apart_and_the_server_serves_on(server, tm
     result = run_benchmark(parse_config(RUN, overrides), tmp_path / "run")
     rows = load_requests(tmp_path / "run")
     cancelled = [r for r in rows if r.finish_reason == "cancelled"]
-    metrics = result.summary["metrics"]
+    metrics = result.summary.to_dict()["metrics"]
     assert 0 < len(cancelled) < 12 and metrics["cancelled"] == len(cancelled)
     assert metrics["failed"] == 0 and metrics["completed"] == 12 - len(cancelled)
     assert all(3 <= r.output_len < 40 and r.error is None for r in cancelled)
@@ -43,7 +43,7 @@ def test_cancelled_streams_are_counted_apart_and_the_server_serves_on(server, tm
     assert {r.id for r in load_requests(tmp_path / "again") if r.finish_reason == "cancelled"} == {
         r.id for r in cancelled
     }
-    assert again.summary["metrics"]["cancelled"] == len(cancelled)
+    assert again.summary.to_dict()["metrics"]["cancelled"] == len(cancelled)
     # every hung-up stream left the engine, and the server still answers
     assert server.check_empty() is None
     response = httpx.post(server.url + "/v1/completions", json={"prompt": [5, 6], "max_tokens": 2})
@@ -54,7 +54,7 @@ def test_cancelling_after_seconds_in_process_leaves_the_engine_empty(tmp_path):
     overrides = ["workload.output={dist: fixed, mean: 1900}"]
     overrides += ["workload.cancel.rate=1", "workload.cancel.after_s=0.05", "workload.num_requests=4"]
     result = run_benchmark(parse_config(NULL_RUN, overrides), tmp_path, check=True)  # check: nothing leaked
-    metrics = result.summary["metrics"]
+    metrics = result.summary.to_dict()["metrics"]
     assert (metrics["cancelled"], metrics["failed"], metrics["completed"]) == (4, 0, 0)
     assert all(0 < r.output_len < 1900 for r in load_requests(tmp_path) if not r.warmup)
 

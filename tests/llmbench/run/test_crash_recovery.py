@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from llmbench.cli import app
 from llmbench.results.records import load_requests
-from llmbench.run.summary import load_summary
+from llmbench.results.summary import RunSummary
 
 NUM_REQUESTS = 200
 KILL_AFTER = 8  # finished requests on disk before the kill
@@ -83,7 +83,7 @@ def test_ctrl_c_exits_130_with_an_incomplete_summary(tmp_path):
     assert process.wait(timeout=60) == 130
     assert "Traceback" not in process.stderr.read().decode()
 
-    summary = load_summary(run_dir)
+    summary = RunSummary.load(run_dir).to_dict()
     rows = load_requests(run_dir)
     assert summary["complete"] is False
     finished = [r for r in rows if r.finish_reason == "length"]

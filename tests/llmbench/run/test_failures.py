@@ -18,8 +18,8 @@ from llmbench.profiling.steps import StepRange
 from llmbench.profiling.window import STEP_HOOK, ProfileWindow
 from llmbench.results.files import load_steps
 from llmbench.results.records import load_requests
+from llmbench.results.summary import RunSummary
 from llmbench.run.runner import run_benchmark
-from llmbench.run.summary import load_summary
 from tests.llmbench.null_run import NULL_RUN
 
 # 2 blocks of 16 tokens: any request needing more than 33 tokens is rejected by the engine
@@ -66,7 +66,7 @@ def test_rejected_requests_count_as_failed_and_stay_out_of_latencies(tmp_path, n
     out = tmp_path / "r"
     result = run_cli(null_config_file, out, *sets(SMALL_POOL + ["workload.num_requests=30"]))
     assert result.exit_code == 0, result.output
-    summary = load_summary(out)
+    summary = RunSummary.load(out).to_dict()
     rows = [r for r in load_requests(out) if not r.warmup]
     rejected = [r for r in rows if r.finish_reason == "rejected"]
     done = [r for r in rows if r.finish_reason == "length"]
@@ -99,8 +99,8 @@ def test_timed_out_requests_are_aborted_and_counted_as_failed(tmp_path):
     assert all("request_timeout_s=0.65" in r.error and r.output_len < 8 for r in timed_out)
     # a request finishing in the poll that passes its deadline is done: it may end a step late
     assert all(r.token_times[-1] - r.submit_time < timeout + 2 * step_s for r in done)
-    metrics = result.summary["metrics"]
-    assert result.summary["complete"] is True
+    metrics = result.summary.to_dict()["metrics"]
+    assert result.summary.to_dict()["complete"] is True
     assert (metrics["completed"], metrics["failed"]) == (len(done), len(timed_out))
     assert metrics["timed_out"] == 8 and metrics["cancelled"] == 0  # a failure kind of its own
     assert metrics["max_e2el_ms"] < (timeout + 2 * step_s) * 1000
@@ -128,7 +128,7 @@ def test_max_error_rate_stops_the_run_and_keeps_its_results(tmp_path, null_confi
     overrides = SMALL_POOL + ["workload.num_requests=40", "output.max_error_rate=0.1"]
     result = run_cli(null_config_file, out, *sets(overrides))
     assert result.exit_code == 1
-    summary = load_summary(out)
+    summary = RunSummary.load(out).to_dict()
     assert summary["complete"] is False
     assert "over output.max_error_rate=0.1" in summary["stop_reason"]
     rows = [r for r in load_requests(out) if not r.warmup]
@@ -143,14 +143,14 @@ def test_max_error_rate_above_the_failures_lets_the_run_finish(tmp_path, null_co
     out = tmp_path / "r"
     result = run_cli(null_config_file, out, *sets(SMALL_POOL + ["output.max_error_rate=1"]))
     assert result.exit_code == 0, result.output
-    assert load_summary(out)["complete"] is True
+    assert RunSummary.load(out).to_dict()["complete"] is True
 
 
 @pytest.mark.parametrize("overrides", [[], ["engine.process_split=true"]], ids=["in-process", "split"])
 def test_check_passes_on_a_clean_run(tmp_path, null_config_file, overrides):
     result = run_cli(null_config_file, tmp_path / "r", "--check", *sets(overrides))
     assert result.exit_code == 0, result.output
-    assert load_summary(tmp_path / "r")["complete"] is True
+    assert RunSummary.load(tmp_path / "r").to_dict()["complete"] is True
 
 
 def test_check_fails_when_the_engine_keeps_work(tmp_path, monkeypatch, null_config_file):
@@ -163,7 +163,7 @@ def test_check_fails_when_the_engine_keeps_work(tmp_path, monkeypatch, null_conf
     result = run_cli(null_config_file, tmp_path / "cli", "--check")
     assert result.exit_code == 1
     # the results were written before the check
-    assert load_summary(tmp_path / "cli")["complete"] is True
+    assert RunSummary.load(tmp_path / "cli").to_dict()["complete"] is True
     assert run_cli(null_config_file, tmp_path / "unchecked").exit_code == 0
 
 
@@ -193,7 +193,7 @@ def test_a_run_in_which_every_request_failed_exits_1_with_its_reason(tmp_path, n
     overrides = SMALL_POOL + ["workload.input={dist: fixed, mean: 40}", "workload.warmup_requests=0"]
     result = run_cli(null_config_file, out, *sets(overrides))
     assert result.exit_code == 1, result.output
-    summary = load_summary(out)
+    summary = RunSummary.load(out).to_dict()
     assert summary["complete"] is True
     assert (summary["metrics"]["completed"], summary["metrics"]["failed"]) == (0, 12)
     assert (

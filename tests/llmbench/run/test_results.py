@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from llmbench.cli import app
 from llmbench.results.files import load_steps, write_atomic
 from llmbench.results.records import RequestRecord, load_requests
+from llmbench.results.summary import RunSummary
 from llmbench.run.directory import claim_run_dir
-from llmbench.run.summary import load_summary
 
 REQUEST_KEYS = {
     "id",
@@ -70,8 +70,8 @@ def test_run_directory_holds_the_four_files(run_dir):
 
 
 def test_summary_schema(run_dir):
-    summary = load_summary(run_dir)
-    assert summary["schema_version"] == 1
+    summary = RunSummary.load(run_dir).to_dict()
+    assert summary["schema_version"] == 2
     assert summary["name"] == "t"
     assert summary["complete"] is True
     assert summary["started_at"].endswith("+00:00")
@@ -108,7 +108,7 @@ def test_steps_csv_schema(run_dir):
     derived = ["cpu_ms", "mbu", "mfu"]  # llmbench.metrics.steps.derived_columns
     assert header == ["trial"] + [field.name for field in dataclasses.fields(StepRecord)] + derived
     rows = load_steps(run_dir)
-    assert len(rows) == load_summary(run_dir)["steps"]["num_steps"]
+    assert len(rows) == RunSummary.load(run_dir).to_dict()["steps"]["num_steps"]
     # relative to the run start, like the request times; warm-up steps are left out
     first_timed_submit = min(r.submit_time for r in load_requests(run_dir) if not r.warmup)
     assert 0 <= rows[0]["t_start"] and rows[0]["t_start"] >= first_timed_submit - 1e-3
@@ -119,7 +119,7 @@ def test_steps_csv_schema(run_dir):
 def test_config_yaml_reloads_to_the_same_config(run_dir):
     from llmbench.config.load import load_config
 
-    assert load_config(run_dir / "config.yaml").to_dict() == load_summary(run_dir)["config"]
+    assert load_config(run_dir / "config.yaml").to_dict() == RunSummary.load(run_dir).to_dict()["config"]
 
 
 def test_save_tokens_adds_token_ids(tmp_path, null_config_file_module):
@@ -167,7 +167,9 @@ def test_a_second_run_into_a_run_directory_is_refused_unless_forced(tmp_path, nu
         app, ["run", str(null_config_file), "--out", str(out), "--force", "--set", "name=b"]
     )
     assert forced.exit_code == 0
-    assert len(load_requests(out)) == 14 and load_summary(out)["name"] == "b"  # the new run's rows alone
+    assert (
+        len(load_requests(out)) == 14 and RunSummary.load(out).to_dict()["name"] == "b"
+    )  # the new run's rows alone
     assert not (out / "old.png").exists()
 
 

@@ -16,8 +16,8 @@ from llmbench.config.load import parse_config
 from llmbench.metrics.steps import gpu_busy_step_spans
 from llmbench.results.files import load_steps
 from llmbench.results.records import load_requests
+from llmbench.results.summary import RunSummary
 from llmbench.run.runner import run_benchmark
-from llmbench.run.summary import load_summary
 from tests.llmbench.null_run import NULL_RUN
 
 
@@ -54,7 +54,7 @@ def test_ctrl_c_writes_partial_results_marked_incomplete(tmp_path):
     config, backend = start(HookedBackend(after=5), **{"workload.num_requests": 40})
     result = run_benchmark(config, tmp_path, backend=backend)
     assert result.interrupted
-    summary = load_summary(tmp_path)
+    summary = RunSummary.load(tmp_path).to_dict()
     assert summary["complete"] is False
     records = load_requests(tmp_path)
     timed = [r for r in records if not r.warmup]
@@ -72,7 +72,7 @@ def test_ctrl_c_through_the_cli_exits_130_with_results(tmp_path, monkeypatch, nu
     monkeypatch.setattr(llmbench.backends.factory, "make_backend", make)
     result = CliRunner().invoke(app, ["run", str(null_config_file), "--out", str(tmp_path / "r")])
     assert result.exit_code == 130
-    summary = load_summary(tmp_path / "r")
+    summary = RunSummary.load(tmp_path / "r").to_dict()
     assert summary["complete"] is False
     finished = [r for r in load_requests(tmp_path / "r") if not r.warmup and r.finish_reason == "length"]
     assert summary["metrics"]["completed"] == len(finished) >= 3
@@ -84,7 +84,7 @@ def test_failure_mid_run_exits_1_and_keeps_what_was_measured(tmp_path, monkeypat
     )
     result = CliRunner().invoke(app, ["run", str(null_config_file), "--out", str(tmp_path / "r")])
     assert result.exit_code == 1
-    summary = load_summary(tmp_path / "r")
+    summary = RunSummary.load(tmp_path / "r").to_dict()
     assert summary["complete"] is False
     finished = [r for r in load_requests(tmp_path / "r") if not r.warmup and r.finish_reason == "length"]
     assert summary["metrics"]["completed"] == len(finished) >= 4
@@ -113,7 +113,7 @@ def test_repeat_runs_independent_trials_and_reports_their_median(tmp_path, null_
     out = tmp_path / "r"
     result = CliRunner().invoke(app, ["run", str(null_config_file), "--out", str(out), "--repeat", "3"])
     assert result.exit_code == 0, result.output
-    summary = load_summary(out)
+    summary = RunSummary.load(out).to_dict()
     assert len(summary["trials"]) == 3
     ttfts = [t["mean_ttft_ms"] for t in summary["trials"]]
     assert summary["metrics"]["mean_ttft_ms"] == pytest.approx(float(np.median(ttfts)))
@@ -140,7 +140,7 @@ def test_set_overrides_reach_the_run(tmp_path, null_config_file):
         "name=renamed",
     ]
     assert CliRunner().invoke(app, args).exit_code == 0
-    summary = load_summary(out)
+    summary = RunSummary.load(out).to_dict()
     assert summary["name"] == "renamed"
     assert summary["config"]["engine"]["block_size"] == 8
     assert summary["metrics"]["completed"] == 5
@@ -178,7 +178,7 @@ def test_ctrl_c_counts_requests_without_a_token_as_not_started(tmp_path):
     # all 40 submitted at once, 8 run at a time: most are still queued in the engine at the interrupt
     config, backend = start(HookedBackend(after=3), **{"workload.num_requests": 40})
     result = run_benchmark(config, tmp_path, backend=backend)
-    metrics = result.summary["metrics"]
+    metrics = result.summary.to_dict()["metrics"]
     timed = [r for r in load_requests(tmp_path) if not r.warmup]
     assert all(r.output_len > 0 for r in timed), "a request without a token is counted, not recorded"
     unfinished = [r for r in timed if r.finish_reason is None]
@@ -186,7 +186,7 @@ def test_ctrl_c_counts_requests_without_a_token_as_not_started(tmp_path):
     assert metrics["failed"] == len(unfinished)
     assert metrics["not_started"] == 40 - len(timed) > 0
     not_started = f"{metrics['not_started']} request{'' if metrics['not_started'] == 1 else 's'}"
-    assert result.summary["stop_reason"] == f"interrupted (Ctrl-C); {not_started} not started"
+    assert result.summary.to_dict()["stop_reason"] == f"interrupted (Ctrl-C); {not_started} not started"
 
 
 def test_cpu_threads_are_applied_and_recorded(tmp_path, null_config_file):
@@ -197,7 +197,7 @@ def test_cpu_threads_are_applied_and_recorded(tmp_path, null_config_file):
     out = tmp_path / "r"
     args = ["run", str(null_config_file), "--out", str(out), "--set", "hardware.cpu_threads=2"]
     assert CliRunner().invoke(app, args).exit_code == 0
-    environment = load_summary(out)["environment"]
+    environment = RunSummary.load(out).to_dict()["environment"]
     assert torch.get_num_threads() == environment["torch_threads"] == 2  # tests/conftest.py restores it
     assert os.environ["OMP_NUM_THREADS"] == "2"  # what a process-split engine core starts with
     assert environment["llmbench"] == llmbench.__version__
@@ -263,7 +263,7 @@ def test_the_summarys_gpu_busy_takes_each_trial_alone(tmp_path, monkeypatch):
     monkeypatch.setattr(llmbench.run.runner, "build_workload", slow_build)
     config, backend = start(TimedSteps(), **{"workload.num_requests": 8})
     result = run_benchmark(config, tmp_path, repeat=2, backend=backend)
-    steps, rows = result.summary["steps"], load_steps(tmp_path)
+    steps, rows = result.summary.to_dict()["steps"], load_steps(tmp_path)
     assert {row["trial"] for row in rows} == {0, 1}
     # the figures steps.csv gives trial by trial; before, the 0.2 s pause made busy read 0.03
     assert steps["gpu_busy_step_spans"] == pytest.approx(gpu_busy_step_spans(rows))

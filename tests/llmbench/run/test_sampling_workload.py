@@ -50,7 +50,7 @@ def test_sampled_run_on_the_tiny_model_differs_from_greedy(tmp_path):
     for name, settings in (("greedy", []), ("sampled", SAMPLED)):
         config = parse_config(NULL_RUN, model + settings + ["workload.num_requests=4"])
         result = run_benchmark(config, tmp_path / name)
-        assert result.summary["metrics"]["completed"] == 4
+        assert result.summary.to_dict()["metrics"]["completed"] == 4
         records = sorted((r for r in load_requests(tmp_path / name) if not r.warmup), key=lambda r: r.id)
         assert all(len(r.output_token_ids) == r.output_len for r in records)
         outputs[name] = [r.output_token_ids for r in records]

@@ -32,7 +32,7 @@ def test_the_server_s_counters_over_the_trial_are_what_the_run_sent(tmp_path, ou
             "telemetry": {"scrape_interval_s": 0.05},
         }
     )
-    summary = run_benchmark(config, tmp_path / "run").summary
+    summary = run_benchmark(config, tmp_path / "run").summary.to_dict()
     metrics, server = summary["metrics"], summary["server_metrics"]
     assert server["available"] and server["url"] == f"{our_server.url}/metrics"
     # the warm-up's two requests finished before the trial's first scrape: only the trial's count
@@ -100,7 +100,7 @@ def test_the_report_names_the_served_model_and_says_the_server_gave_no_figures(t
         result = run_benchmark(
             parse_config(run, ["backend.type=openai", f"backend.url={mock.url}"]), tmp_path / "run"
         )
-    assert result.summary["served_model"] == "served-name"
+    assert result.summary.to_dict()["served_model"] == "served-name"
     page = write_report([tmp_path / "run"], tmp_path / "run").read_text()
     assert f"served-name at {mock.url}" in page
     assert f"no server-side figures (GET {mock.root}/metrics answered HTTP 404)" in page

@@ -37,7 +37,7 @@ def test_chat_prompts_count_the_servers_tokens_and_keep_the_planned_ones(server,
     records = load_requests(tmp_path / "run")
     # the chat template's tokens come on top of the 40 the workload planned
     assert all(r.planned_prompt_len == 40 and r.prompt_len > 40 for r in records)
-    assert result.summary["metrics"]["total_input_tokens"] == sum(r.prompt_len for r in records)
+    assert result.summary.to_dict()["metrics"]["total_input_tokens"] == sum(r.prompt_len for r in records)
 
 
 def test_a_repeated_prompt_counts_its_cached_tokens(server, tmp_path):
@@ -54,16 +54,24 @@ def test_a_warm_cache_is_warned_of_and_a_reset_empties_it(server, tmp_path):
     cold = run(server, tmp_path / "cold", seed)
     warm = run(server, tmp_path / "warm", seed)  # the same prompts: the first run warmed the cache
     reset = run(server, tmp_path / "reset", seed, "backend.reset_prefix_cache=true")
-    assert "warnings" not in cold.summary and cold.summary["metrics"]["warm_cache_requests"] == 0
-    assert warm.summary["metrics"]["warm_cache_requests"] == 4
-    assert warm.summary["warnings"][0].startswith("trial 1: 4 of 4 requests found 128 prompt tokens")
-    assert "backend.reset_prefix_cache: true" in warm.summary["warnings"][0]
+    assert (
+        "warnings" not in cold.summary.to_dict()
+        and cold.summary.to_dict()["metrics"]["warm_cache_requests"] == 0
+    )
+    assert warm.summary.to_dict()["metrics"]["warm_cache_requests"] == 4
+    assert warm.summary.to_dict()["warnings"][0].startswith(
+        "trial 1: 4 of 4 requests found 128 prompt tokens"
+    )
+    assert "backend.reset_prefix_cache: true" in warm.summary.to_dict()["warnings"][0]
     # the server's own counters say the same
-    assert warm.summary["server_metrics"]["prefix_cache_hit_rate_by_trial"][0] > 0.5
-    assert reset.summary["server_metrics"]["prefix_cache_hit_rate_by_trial"] == [0.0]
+    assert warm.summary.to_dict()["server_metrics"]["prefix_cache_hit_rate_by_trial"][0] > 0.5
+    assert reset.summary.to_dict()["server_metrics"]["prefix_cache_hit_rate_by_trial"] == [0.0]
     page = write_report([tmp_path / "warm"], tmp_path / "warm").read_text()
     assert "WARNING</span> " in page and "prefix cache that no earlier request" in page
-    assert "warnings" not in reset.summary and reset.summary["metrics"]["cached_prompt_tokens"] == 0
+    assert (
+        "warnings" not in reset.summary.to_dict()
+        and reset.summary.to_dict()["metrics"]["cached_prompt_tokens"] == 0
+    )
 
 
 def test_a_shared_prefix_the_trial_itself_fills_is_no_warning(server, tmp_path):
@@ -75,8 +83,11 @@ def test_a_shared_prefix_the_trial_itself_fills_is_no_warning(server, tmp_path):
         "workload.prefix.groups=1",
         "workload.prefix.prefix_len=32",
     )
-    assert result.summary["metrics"]["cached_prompt_tokens"] >= 3 * 32
-    assert result.summary["metrics"]["warm_cache_requests"] == 0 and "warnings" not in result.summary
+    assert result.summary.to_dict()["metrics"]["cached_prompt_tokens"] >= 3 * 32
+    assert (
+        result.summary.to_dict()["metrics"]["warm_cache_requests"] == 0
+        and "warnings" not in result.summary.to_dict()
+    )
 
 
 def test_a_server_that_cannot_reset_stops_the_run_with_one_line_naming_the_setting(tmp_path):

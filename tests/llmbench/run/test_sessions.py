@@ -89,11 +89,11 @@ def test_a_turn_goes_when_the_answer_finished_plus_the_think_time_and_sessions_s
     starts = [by_id[f"{s}.1"]["submit_time"] for s in range(3)]
     expected = arrival_times(config.workload.arrival, 3, None)
     assert np.array(starts) - starts[0] == pytest.approx(expected, abs=1e-9)
-    turns = result.summary["turns"]
+    turns = result.summary.to_dict()["turns"]
     assert sorted(turns) == ["1", "2", "3"] and all(turns[t]["completed"] == 3 for t in turns)
     assert [turns[t]["mean_prompt_len"] for t in "123"] == [40, 88, 136]
     assert turns["2"]["mean_ttft_ms"] is not None
-    assert result.summary["metrics"]["completed"] == 9
+    assert result.summary.to_dict()["metrics"]["completed"] == 9
 
 
 def records(*specs):

@@ -115,8 +115,8 @@ def test_a_trace_runs_through_the_engine(tmp_path, mooncake):
         }
     )
     result = run_benchmark(config, tmp_path / "run")
-    assert result.summary["metrics"]["completed"] == 4
-    assert result.summary["metrics"]["total_input_tokens"] == 1100 + 700 + 300 + 520
+    assert result.summary.to_dict()["metrics"]["completed"] == 4
+    assert result.summary.to_dict()["metrics"]["total_input_tokens"] == 1100 + 700 + 300 + 520
 
 
 def test_a_malformed_row_is_exit_2_naming_the_file_and_line(tmp_path, mooncake):

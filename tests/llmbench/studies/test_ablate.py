@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 from llmbench.cli import app
 from llmbench.config.load import parse_config
 from llmbench.results.records import load_requests
-from llmbench.run.summary import load_summary
+from llmbench.results.summary import RunSummary
 from llmbench.studies.ablation import (
     DEFAULT_ORDER,
     TOGGLES,
@@ -91,7 +91,7 @@ def test_ablate_runs_each_variant_through_llmbench_run(null_config_file, tmp_pat
     for variant in ablation["variants"][:3]:
         run_dir = out / variant["run_dir"]
         assert variant["run_dir"].endswith("/trial-1")
-        summary = load_summary(run_dir)
+        summary = RunSummary.load(run_dir).to_dict()
         assert summary["complete"] and summary["metrics"] == variant["metrics"]
         assert summary["config"]["engine"]["process_split"] == variant["toggles"]["process_split"]
         assert variant["metrics"]["completed"] == NULL_RUN["workload"]["num_requests"]
@@ -104,8 +104,8 @@ def test_ablate_runs_each_variant_through_llmbench_run(null_config_file, tmp_pat
     assert steps[2]["num_forwards"] > steps[2]["num_steps"]  # multi-step decodes
 
     assert (
-        load_summary(out)["name"] == "t"
-        and load_summary(out)["metrics"] == ablation["variants"][-1]["metrics"]
+        RunSummary.load(out).to_dict()["name"] == "t"
+        and RunSummary.load(out).to_dict()["metrics"] == ablation["variants"][-1]["metrics"]
     )
     assert (out / "ablation_t.png").is_file() and "+num_scheduler_steps" in (out / "report.html").read_text()
     assert "vs all off" in result.output and "1.00x" in result.output
@@ -137,13 +137,13 @@ def test_repeated_variants_are_interleaved_and_keep_every_trial(null_config_file
         low, high = variant["intervals"]["output_throughput"]
         assert throughputs[0] <= low <= throughputs[1] <= high <= throughputs[2]
         for trial in variant["trials"]:
-            assert load_summary(out / trial["run_dir"])["metrics"] == trial["metrics"]
+            assert RunSummary.load(out / trial["run_dir"]).to_dict()["metrics"] == trial["metrics"]
     effect = variants[1]["vs_previous"]
     assert effect["against"] == "all off" and len(effect["ci"]) == 2
     assert effect["within_noise"] == (effect["ci"][0] <= 1 <= effect["ci"][1])
     assert "vs_previous" not in variants[0] and "vs_previous" not in ablation["variants"][-1]
-    all_on = load_summary(out / ablation["variants"][-1]["run_dir"])
-    assert load_summary(out)["metrics"] == all_on["metrics"]
+    all_on = RunSummary.load(out / ablation["variants"][-1]["run_dir"]).to_dict()
+    assert RunSummary.load(out).to_dict()["metrics"] == all_on["metrics"]
     assert "median of 3 interleaved trials" in result.output
 
 

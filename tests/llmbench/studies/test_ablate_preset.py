@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 import llmbench.studies.ablation
 from llmbench.cli import app
-from llmbench.run.summary import load_summary
+from llmbench.results.summary import RunSummary
 from llmbench.studies.ablation import DEFAULT_ORDER
 from llmbench.studies.ablation_table import ablation_table
 
@@ -33,7 +33,7 @@ def test_cpu_overhead_preset_adds_the_overlap_toggles_with_graphs_on_throughout(
     names = [v["name"] for v in ablation["variants"]]
     assert names == ["all off", *(f"+{name}" for name in CPU_OVERHEAD), "all on"]
     for variant in ablation["variants"]:
-        engine = load_summary(out / variant["run_dir"])["config"]["engine"]
+        engine = RunSummary.load(out / variant["run_dir"]).to_dict()["config"]["engine"]
         assert engine["cuda_graphs"] is True
         assert {name: engine[name] for name in CPU_OVERHEAD} == variant["toggles"]
     assert ablation["variants"][0]["toggles"] == {

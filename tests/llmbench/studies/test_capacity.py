@@ -7,12 +7,15 @@ against what the runs measured, not against timings."""
 import json
 import math
 
+import msgspec
 import pytest
 import yaml
 from llmbench.engine.config import EngineConfig, ModelConfig
 from typer.testing import CliRunner
 
 from llmbench.cli import app
+from llmbench.results.metrics import Latencies, Metrics
+from llmbench.results.summary import RunSummary
 from llmbench.studies.capacity import goodput_share
 from tests.engine.serving.servers import RunningServer
 
@@ -56,8 +59,7 @@ def check_answer(out, target=0.95, repeats=2, tolerance=0.5):
             assert probe["passed"]
     assert len(probes[passing]["shares"]) == len(probes[failing]["shares"]) == repeats
     for run in data["runs"]:  # each run's share is what its own summary says
-        summary = json.loads((out / run["run_dir"] / "summary.json").read_text())
-        assert run["goodput_share"] == goodput_share(summary["metrics"])
+        assert run["goodput_share"] == goodput_share(RunSummary.load(out / run["run_dir"]).metrics)
     assert (out / "capacity.png").stat().st_size > 0
     assert json.loads((out / "summary.json").read_text())["config"]["workload"]["arrival"]["rate"] == passing
     return data
@@ -126,6 +128,19 @@ def test_a_rate_probe_offers_its_rate_for_the_given_seconds(tmp_path):
 
 
 def test_a_run_s_share_counts_failed_and_unstarted_requests_as_missing():
-    metrics = {"completed": 8, "failed": 1, "not_started": 1, "request_goodput": 3.5, "duration_s": 2.0}
+    metrics = Metrics(
+        completed=8,
+        failed=1,
+        not_started=1,
+        request_goodput=3.5,
+        duration_s=2.0,
+        total_input_tokens=800,
+        total_output_tokens=800,
+        request_throughput=4.0,
+        output_throughput=400.0,
+        total_token_throughput=800.0,
+        latencies=Latencies(),
+    )
     assert goodput_share(metrics) == 0.7
-    assert goodput_share({**metrics, "request_goodput": None}) == 0.0
+    assert goodput_share(msgspec.structs.replace(metrics, request_goodput=None)) == 0.0
+    assert goodput_share(None) == 0.0

@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from llmbench.cli import app
 from llmbench.config.load import parse_config
-from llmbench.run.summary import load_summary
+from llmbench.results.summary import RunSummary
 from llmbench.studies.sweep import SweepError, parse_rates, rate_overrides
 from tests.llmbench.null_run import NULL_RUN
 
@@ -50,14 +50,14 @@ def test_sweep_runs_each_rate_through_llmbench_run(null_config_file, tmp_path):
     assert [p["rate"] for p in sweep["points"]] == [400.0, None]
     arrivals = []
     for point in sweep["points"]:
-        summary = load_summary(out / point["run_dir"])
+        summary = RunSummary.load(out / point["run_dir"]).to_dict()
         assert summary["complete"] and summary["metrics"] == point["metrics"]
         assert point["metrics"]["completed"] == NULL_RUN["workload"]["num_requests"]
         arrivals.append(summary["config"]["workload"]["arrival"])
     assert arrivals[0]["process"] == "poisson" and arrivals[0]["rate"] == 400
     assert arrivals[1]["process"] == "inf"
     # the directory's own summary is the highest rate's, so report and compare take the directory
-    top = load_summary(out)
+    top = RunSummary.load(out).to_dict()
     assert top["metrics"] == sweep["points"][-1]["metrics"] and top["name"] == NULL_RUN["name"]
     assert "offered req/s" in result.output
 
