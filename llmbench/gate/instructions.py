@@ -39,7 +39,7 @@ from pathlib import Path
 
 from llmbench.results.summary import RunSummary
 
-# the two client requests the harness needs; outside Valgrind each is a few no-op instructions
+# the client requests the harness issues; outside Valgrind each is a few no-op instructions
 MARKS_SOURCE = """#include <valgrind/callgrind.h>
 void llmbench_start_instrumentation(void) { CALLGRIND_START_INSTRUMENTATION; }
 void llmbench_dump_and_stop(void) { CALLGRIND_DUMP_STATS; CALLGRIND_STOP_INSTRUMENTATION; }
