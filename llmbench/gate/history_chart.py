@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import statistics
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -38,13 +39,15 @@ def render_history(
     metric, series = metric_series(records, metric)
     points = change_points([r.value for r in series], min_change)
     out_dir.mkdir(parents=True, exist_ok=True)
-    png = _chart(series, metric, points, out_dir / "history.png")
+    png = _chart(series, metric, points, min_change, out_dir / "history.png")
     page = out_dir / "history.html"
     page.write_text(_page(series, metric, points, png, min_change))
     return page, png, series, points
 
 
-def _chart(series: list[HistoryRecord], metric: str, points: list[ChangePoint], path: Path) -> Path:
+def _chart(
+    series: list[HistoryRecord], metric: str, points: list[ChangePoint], min_change: float, path: Path
+) -> Path:
     fig = Figure(figsize=(10, 4.5))
     ax = fig.add_subplot()
     xs = list(range(len(series)))
@@ -73,6 +76,10 @@ def _chart(series: list[HistoryRecord], metric: str, points: list[ChangePoint], 
             textcoords="offset points",
             xytext=(4, 6),
         )
+    # at least twice min_change each side of the median: a flat series of counts must not read as a cliff
+    center = statistics.median(values)
+    margin = 2 * min_change * abs(center)
+    ax.set_ylim(min(min(values), center - margin), max(max(values), center + margin))
     ax.set_xticks(xs, [r.commit[:8] for r in series], rotation=60, fontsize=7)
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} by commit ({len(series)} gates, {len(points)} change points)")
