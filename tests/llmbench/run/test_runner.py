@@ -265,10 +265,13 @@ def test_the_summarys_gpu_busy_takes_each_trial_alone(tmp_path, monkeypatch):
     result = run_benchmark(config, tmp_path, repeat=2, backend=backend)
     steps, rows = result.summary.to_dict()["steps"], load_steps(tmp_path)
     assert {row["trial"] for row in rows} == {0, 1}
-    # the figures steps.csv gives trial by trial; before, the 0.2 s pause made busy read 0.03
+    # the figures steps.csv gives trial by trial; before, the 0.2 s pause made busy read 0.03. How
+    # busy the steps keep the device depends on the host's load, so the check is relative: the same
+    # rows read as one trial, the pause inside it, read less busy
     assert steps["gpu_busy_step_spans"] == pytest.approx(gpu_busy_step_spans(rows))
-    assert steps["gpu_busy_step_spans"] > 0.5
-    assert steps["max_gpu_idle_gap_ms"] < 100
+    as_one_trial = [{**row, "trial": 0} for row in rows]
+    assert steps["gpu_busy_step_spans"] > gpu_busy_step_spans(as_one_trial)
+    assert steps["max_gpu_idle_gap_ms"] < 200  # the pause is no gap of a trial
 
 
 def test_step_records_are_drained_while_a_step_is_on_the_device(tmp_path):
