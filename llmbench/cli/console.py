@@ -77,6 +77,10 @@ def metrics_table(summary: RunSummary) -> Table:
     table.add_column("metric")
     table.add_column("value", justify="right")
     rows = _metric_rows(summary.metrics) if summary.metrics is not None else []
+    server = summary.server_metrics
+    if server is not msgspec.UNSET and server.spec_drafts is not msgspec.UNSET:  # it decoded speculatively
+        spec = (server.spec_acceptance_rate, server.spec_mean_accepted_length, server.spec_drafts)
+        rows.append(("spec decode acceptance / mean accepted length / drafts", " / ".join(map(_fmt, spec))))
     steps = summary.steps
     if steps.num_steps:
         rows.append(("engine steps", str(steps.num_steps)))
