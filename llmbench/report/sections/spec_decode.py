@@ -14,33 +14,32 @@ from llmbench.report.sections.header import sources
 HEADER = ["", "drafts", "proposed tokens", "accepted tokens", "acceptance rate", "mean accepted length"]
 
 
-def _row(label: str, drafts: Any, proposed: Any, accepted: Any, rate: Any, length: Any) -> list[str]:
-    return [esc(label), number(drafts), number(proposed), number(accepted), number(rate, "%"), number(length)]
+def _row(label: str, counts: list[str], rate: Any, length: Any) -> list[str]:
+    return [esc(label), *counts, number(rate, "%"), number(length)]
 
 
 def render(page: Page) -> str:
     rows = []
     for label, summary in sources(page):
         server = summary.get("server_metrics") or {}
-        if "spec_acceptance_rate" not in server and "spec_drafts" not in server:
+        if "spec_drafts" not in server:
             continue
-        figures = (
-            server.get("spec_drafts"),
-            server.get("spec_draft_tokens"),
-            server.get("spec_accepted_tokens"),
-        )
+        counts = [number(server.get(k)) for k in ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens")]
         rows.append(
-            _row(label, *figures, server.get("spec_acceptance_rate"), server.get("spec_mean_accepted_length"))
+            _row(label, counts, server.get("spec_acceptance_rate"), server.get("spec_mean_accepted_length"))
         )
-        by_trial = zip(
-            server.get("spec_drafts_by_trial") or [],
-            server.get("spec_acceptance_rate_by_trial") or [],
-            server.get("spec_mean_accepted_length_by_trial") or [],
-            strict=False,
+        trials = list(
+            zip(
+                server.get("spec_drafts_by_trial") or [],
+                server.get("spec_acceptance_rate_by_trial") or [],
+                server.get("spec_mean_accepted_length_by_trial") or [],
+                strict=True,
+            )
         )
-        trials = list(by_trial)
-        if len(trials) > 1:
-            rows += [_row(f"  trial {k + 1}", d, None, None, r, n) for k, (d, r, n) in enumerate(trials)]
+        if len(trials) > 1:  # summary.json keeps each trial's drafts and ratios, not its tokens
+            rows += [
+                _row(f"  trial {k + 1}", [number(d), "", ""], r, n) for k, (d, r, n) in enumerate(trials)
+            ]
     if not rows:
         return ""
     lead = note(
