@@ -2,11 +2,11 @@
 finished output at the stream's end. The counting is vLLM's benchmark client's: a chunk with text is
 one arrival however many tokens it carries (as many as its `token_ids` list, one without), the first
 is the first token, and the output token count is the server's `usage` (tokens no chunk showed, say
-ones whose text a detokenizer held back, join the last chunk). A chat delta's `reasoning_content` (vLLM
-before 0.10, DeepSeek) or `reasoning` (later vLLM) is output too: the first token of either kind is the
-first token, as vLLM counts it; the finished output says how many were reasoning (the server's
-`usage.completion_tokens_details.reasoning_tokens` where it reports them, else what the reasoning chunks
-carried) and where the answer's first token sits among the output tokens.
+ones whose text a detokenizer held back, join the last chunk). A chat delta's `reasoning_content`
+(DeepSeek's name, vLLM's until late 2025) or `reasoning` (vLLM's since) is output too: the first token
+of either kind is the first token, as vLLM counts it; the finished output says how many were reasoning
+(the server's `usage.completion_tokens_details.reasoning_tokens` where it reports them, else what the
+reasoning chunks carried) and where the answer's first token sits among the output tokens.
 
 StreamParser takes a response's reads as the stream loop stamped them (openai_loop.py) and splits
 them into `data:` lines, each arriving at the stamp of the read that completed it (several events in one
@@ -36,8 +36,8 @@ HTTP_PHASES = ("send_start", "connect", "request_sent", "headers", "first_byte")
 
 class _Delta(msgspec.Struct):
     content: str | None = None
-    reasoning_content: str | None = None  # a reasoning model's thinking: vLLM before 0.10, DeepSeek
-    reasoning: str | None = None  # the same under later vLLM's name
+    reasoning_content: str | None = None  # a reasoning model's thinking: DeepSeek, older vLLM
+    reasoning: str | None = None  # the same under vLLM's name since late 2025 (its PR 27752)
 
 
 class _Choice(msgspec.Struct):

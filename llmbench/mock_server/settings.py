@@ -23,8 +23,8 @@ class MockSettings:
     openai_fields_only: bool = False
     max_model_len: int = 4096  # listed in the model card, as vLLM lists it
     # a reasoning model's chat answer: its first reasoning_tokens output tokens stream as reasoning, in
-    # the delta field reasoning_field (vLLM before 0.10's reasoning_content, later vLLM's reasoning), the
-    # rest as content; usage counts them in completion_tokens_details.reasoning_tokens
+    # the delta field reasoning_field (DeepSeek's reasoning_content, vLLM's until late 2025, or
+    # reasoning), the rest as content; usage counts them in completion_tokens_details.reasoning_tokens
     reasoning_tokens: int = 0
     reasoning_field: str = "reasoning_content"
     # speculative decoding: each chunk counts as one draft of spec_draft_tokens proposed tokens whose
