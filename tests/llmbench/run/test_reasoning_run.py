@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llmbench.config.load import parse_config
+from llmbench.metrics.requests import latency_samples
 from llmbench.mock_server import MockServer, MockSettings
 from llmbench.report import write_report
 from llmbench.results.records import load_requests
@@ -38,6 +39,10 @@ def test_a_token_a_chunk_the_answer_starts_after_the_reasoning(field, tmp_path):
         assert row.first_token_time == row.token_times[0] < row.token_times[3]  # TTFT, then TTFO
     assert (metrics["total_reasoning_tokens"], metrics["total_answer_tokens"]) == (12, 16)
     assert metrics["requests_without_answer"] == 0 and metrics["total_output_tokens"] == 28
+    # every event is an arrival however the client's reads grouped them: per request 3 reasoning
+    # events (2 gaps) and 4 answer events (3 gaps), and the one gap between the phases in neither
+    samples = latency_samples(rows)
+    assert [len(samples[k]) for k in ("itl", "reasoning_itl", "answer_itl", "ttfo")] == [24, 8, 12, 4]
     assert metrics["mean_ttft_ms"] < metrics["mean_ttfo_ms"] < metrics["mean_e2el_ms"]
     for key in ("mean_reasoning_itl_ms", "mean_answer_itl_ms", "p99_ttfo_ms"):
         assert metrics[key] is not None
