@@ -48,6 +48,10 @@ class ServedOutput(RequestOutput):
     prompt_token_ids: list[int] | None = None
     prompt_tokens: int | None = None  # the finished one's: the server's usage, where it reports them
     cached_tokens: int | None = None  # the finished one's: of those, the ones its prefix cache held
+    # the finished one's, where the stream had reasoning: its reasoning tokens, and the index among the
+    # output tokens of the answer's first (None: no answer token came)
+    reasoning_tokens: int | None = None
+    answer_start: int | None = None
     # a read that completed several SSE events with text: the tokens each brought, in order; each event
     # is an arrival of its own at the read's stamp (None: the output is one event)
     event_tokens: list[int] | None = None

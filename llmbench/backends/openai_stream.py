@@ -2,7 +2,11 @@
 finished output at the stream's end. The counting is vLLM's benchmark client's: a chunk with text is
 one arrival however many tokens it carries (as many as its `token_ids` list, one without), the first
 is the first token, and the output token count is the server's `usage` (tokens no chunk showed, say
-ones whose text a detokenizer held back, join the last chunk).
+ones whose text a detokenizer held back, join the last chunk). A chat delta's `reasoning_content`
+(DeepSeek's name, vLLM's until late 2025) or `reasoning` (vLLM's since) is output too: the first token
+of either kind is the first token, as vLLM counts it; the finished output says how many were reasoning
+(the server's `usage.completion_tokens_details.reasoning_tokens` where it reports them, else what the
+reasoning chunks carried) and where the answer's first token sits among the output tokens.
 
 StreamParser takes a response's reads as the stream loop stamped them (openai_loop.py) and splits
 them into `data:` lines, each arriving at the stamp of the read that completed it (several events in one
@@ -32,6 +36,8 @@ HTTP_PHASES = ("send_start", "connect", "request_sent", "headers", "first_byte")
 
 class _Delta(msgspec.Struct):
     content: str | None = None
+    reasoning_content: str | None = None  # a reasoning model's thinking: DeepSeek, older vLLM
+    reasoning: str | None = None  # the same under vLLM's name since late 2025 (its PR 27752)
 
 
 class _Choice(msgspec.Struct):
@@ -45,10 +51,15 @@ class _PromptDetails(msgspec.Struct):
     cached_tokens: int | None = None  # prompt tokens the server's prefix cache held (vLLM, SGLang, ours)
 
 
+class _CompletionDetails(msgspec.Struct):
+    reasoning_tokens: int | None = None  # of the completion tokens, the reasoning's (OpenAI, recent vLLM)
+
+
 class _Usage(msgspec.Struct):
     completion_tokens: int
     prompt_tokens: int | None = None  # as the server counted them: a chat template's tokens included
     prompt_tokens_details: _PromptDetails | None = None
+    completion_tokens_details: _CompletionDetails | None = None
 
 
 class _Chunk(msgspec.Struct):
@@ -77,6 +88,9 @@ class StreamReader:
     completion_tokens: int | None = None  # from usage
     prompt_tokens: int | None = None  # from usage
     cached_tokens: int | None = None  # from usage.prompt_tokens_details
+    reasoning_counted: int = 0  # tokens the chunks with reasoning text (and no answer text) carried
+    reasoning_tokens: int | None = None  # from usage.completion_tokens_details
+    answer_start: int | None = None  # tokens counted before the first chunk with answer text
     server_times: dict = field(default_factory=dict)
 
     def feed(self, data: str | bytes, now: float) -> list[ServedOutput]:
@@ -94,9 +108,16 @@ class StreamReader:
             raise RequestFailed(f"server error: {error_message(json.dumps(chunk.error))}")
         ids = []
         for choice in chunk.choices or ():
-            text = (choice.delta.content if choice.delta else None) if self.chat else choice.text
+            delta = choice.delta
+            text = (delta.content if delta else None) if self.chat else choice.text
             if text:
+                if self.answer_start is None:
+                    self.answer_start = self.counted + len(ids)
                 ids += choice.token_ids or (UNKNOWN_TOKEN,)
+            elif delta is not None and (delta.reasoning_content or delta.reasoning):
+                thought = choice.token_ids or (UNKNOWN_TOKEN,)
+                self.reasoning_counted += len(thought)
+                ids += thought
             if choice.finish_reason:
                 self.finish_reason = choice.finish_reason
         if ids:
@@ -107,6 +128,8 @@ class StreamReader:
             self.completion_tokens, self.prompt_tokens = usage.completion_tokens, usage.prompt_tokens
             if usage.prompt_tokens_details is not None:
                 self.cached_tokens = usage.prompt_tokens_details.cached_tokens
+            if usage.completion_tokens_details is not None:
+                self.reasoning_tokens = usage.completion_tokens_details.reasoning_tokens
         if chunk.server_timestamps:
             self.server_times = chunk.server_timestamps
         return ids
@@ -124,6 +147,9 @@ class StreamReader:
         served = self._client_clock(wall_offset)
         last = ServedOutput(self.request_id, rest, True, reason, error, when, server_timestamps=served)
         last.prompt_tokens, last.cached_tokens = self.prompt_tokens, self.cached_tokens
+        reasoning = self.reasoning_tokens if self.reasoning_tokens is not None else self.reasoning_counted
+        if reasoning or self.reasoning_counted:  # a server's count of 0 with no reasoning streamed: none
+            last.reasoning_tokens, last.answer_start = reasoning, self.answer_start
         return last
 
     def _client_clock(self, wall_offset: float) -> dict | None:

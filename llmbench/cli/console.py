@@ -77,6 +77,10 @@ def metrics_table(summary: RunSummary) -> Table:
     table.add_column("metric")
     table.add_column("value", justify="right")
     rows = _metric_rows(summary.metrics) if summary.metrics is not None else []
+    server = summary.server_metrics
+    if server is not msgspec.UNSET and server.spec_drafts is not msgspec.UNSET:  # it decoded speculatively
+        spec = (server.spec_acceptance_rate, server.spec_mean_accepted_length, server.spec_drafts)
+        rows.append(("spec decode acceptance / mean accepted length / drafts", " / ".join(map(_fmt, spec))))
     steps = summary.steps
     if steps.num_steps:
         rows.append(("engine steps", str(steps.num_steps)))
@@ -126,7 +130,14 @@ def _metric_rows(m: Metrics) -> list[tuple[str, str]]:
         rows.append(("request goodput (req/s)", _fmt(m.request_goodput)))
     percentiles = m.latencies.percentiles
     tail = max((k for k in percentiles if k.endswith("_ttft_ms")), default=None, key=_pct)
-    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL")):
+    latencies = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
+    if m.value("total_reasoning_tokens") is not None:  # a run that streamed reasoning
+        latencies += (("ttfo", "TTFO"), ("reasoning_itl", "reasoning ITL"), ("answer_itl", "answer ITL"))
+        split = f"{m.total_reasoning_tokens} / {m.total_answer_tokens}"
+        if m.requests_without_answer:
+            split += f" ({m.requests_without_answer} ended before answering)"
+        rows.append(("reasoning / answer tokens", split))
+    for name, label in latencies:
         values = [_fmt(m.value(f"{stat}_{name}_ms")) for stat in ("mean", "median")]
         if tail:
             values.append(_fmt(m.value(tail.replace("ttft", name))))

@@ -36,7 +36,28 @@ HISTOGRAMS = {
     ),
     "e2el": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds"),
 }
-AVERAGED = {"kv_cache_usage", "prefix_cache_hit_rate"}
+# speculative decoding, apart from the rest: a server without it has none of these, and its summary
+# none of their keys (metrics/server_side.py). vLLM counts each request's draft of a step, its proposed
+# tokens and those accepted (prometheus_client adds _total to a counter's name; either spelling is
+# read); SGLang counts each request's verify passes, its draft, and keeps the acceptance of its last
+# logging interval in two gauges
+SPEC_COUNTERS = {
+    "spec_drafts": (
+        "vllm:spec_decode_num_drafts_total",
+        "vllm:spec_decode_num_drafts",
+        "sglang:spec_verify_calls_total",
+    ),
+    "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_draft_tokens"),
+    "spec_accepted_tokens": (
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens",
+    ),
+}
+SPEC_GAUGES = {
+    "spec_accept_rate": ("sglang:spec_accept_rate",),
+    "spec_accept_length": ("sglang:spec_accept_length",),
+}
+AVERAGED = {"kv_cache_usage", "prefix_cache_hit_rate", *SPEC_GAUGES}
 
 # name, optional {labels}, value, optional timestamp
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(\s+\S+)?\s*$")
@@ -70,7 +91,7 @@ def known_quantities(samples: dict[str, list[float]]) -> tuple[dict[str, float],
     `<name>_sum` and `<name>_count`; a quantity the server lacks is left out."""
     values: dict[str, float] = {}
     sources: dict[str, str] = {}
-    for quantity, names in {**GAUGES, **COUNTERS}.items():
+    for quantity, names in {**GAUGES, **COUNTERS, **SPEC_GAUGES, **SPEC_COUNTERS}.items():
         name = next((n for n in names if n in samples), None)
         if name is not None:
             found = [v for v in samples[name] if not math.isnan(v)]

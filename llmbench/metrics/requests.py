@@ -16,9 +16,8 @@ from typing import Any
 import numpy as np
 
 from llmbench.config.schema import SloConfig
+from llmbench.metrics.reasoning import has_reasoning, reasoning_counts, reasoning_samples
 from llmbench.results.records import CANCELLED, RequestRecord
-
-LATENCIES = ("ttft", "tpot", "itl", "e2el")
 
 
 def compute_metrics(
@@ -27,7 +26,7 @@ def compute_metrics(
     """The metrics dict of one trial. A latency no request contributes to is None, not 0."""
     timed = [r for r in records if not r.warmup]
     done = [r for r in timed if r.succeeded]
-    samples = latency_samples(done)
+    samples = latency_samples(timed)
     duration = max(map(_end_time, timed)) - min(r.submit_time for r in timed) if timed else 0.0
     input_tokens = sum(r.prompt_len for r in done)
     output_tokens = sum(r.output_len for r in done)
@@ -46,8 +45,10 @@ def compute_metrics(
         "total_token_throughput": _rate(input_tokens + output_tokens, duration),
         "request_goodput": _rate(_good_count(done, slo), duration) if slo and slo.any else None,
     }
-    for name in LATENCIES:
+    for name in samples:  # the reasoning latencies only where a request streamed reasoning
         metrics.update(latency_stats(name, [s * 1000 for s in samples[name]], percentiles))
+    if has_reasoning(timed):
+        metrics.update(reasoning_counts(done))
     return metrics
 
 
@@ -60,15 +61,20 @@ def _end_time(record: RequestRecord) -> float:
 
 def latency_samples(records: Sequence[RequestRecord]) -> dict[str, list[float]]:
     """Seconds per measured, succeeded request for ttft, tpot and e2el; per arrival gap for itl
-    (the samples behind the statistics, e.g. for CDF plots)."""
-    done = [r for r in records if not r.warmup and r.succeeded]
+    (the samples behind the statistics, e.g. for CDF plots); where a measured request streamed
+    reasoning, ttfo, reasoning_itl and answer_itl too (metrics/reasoning.py)."""
+    timed = [r for r in records if not r.warmup]
+    done = [r for r in timed if r.succeeded]
     per_request = [_request_latencies(r) for r in done]
-    return {
+    samples = {
         "ttft": [ttft for ttft, _, _ in per_request],
         "tpot": [tpot for _, tpot, _ in per_request if tpot is not None],
         "itl": [gap for r in done for gap in arrival_gaps(r.token_times, r.same_read_events)],
         "e2el": [e2el for _, _, e2el in per_request],
     }
+    if has_reasoning(timed):
+        samples.update(reasoning_samples(done, arrival_gaps))
+    return samples
 
 
 def _request_latencies(record: RequestRecord) -> tuple[float, float | None, float]:
@@ -100,12 +106,13 @@ def latency_stats(name: str, values_ms: Sequence[float], percentiles: Sequence[f
 
 def median_over_trials(trials: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per-metric median over repeated trials (None where no trial has a value); a value that is not a
-    number (a step summary's peaks_source) is the first trial's."""
+    number (a step summary's peaks_source) is the first trial's that has it. A key only some trials
+    have (reasoning seen in one) is kept."""
     merged = {}
-    for key in trials[0]:
+    for key in dict.fromkeys(key for trial in trials for key in trial):
         values = [t[key] for t in trials if t.get(key) is not None]
         if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-            merged[key] = trials[0][key]
+            merged[key] = next(t[key] for t in trials if key in t)
             continue
         merged[key] = float(np.median(values)) if values else None
         if values and all(isinstance(v, int) for v in values):

@@ -8,6 +8,10 @@ first chunk is due `ttft_ms` after it arrived, then one chunk of `tokens_per_chu
 write's time is recorded on CLOCK_MONOTONIC, the clock every process of the host shares (Python's
 time.monotonic and time.perf_counter on Linux), so a client's stamps compare with it directly.
 
+A reasoning phase (`reasoning_tokens`) streams a chat answer's first tokens as `reasoning_content` (or
+`reasoning`: `reasoning_field`) and counts them in usage's `completion_tokens_details`; with
+`spec_draft_tokens`, `GET /metrics` serves vLLM's speculative-decoding counters, each chunk one draft.
+
 Refusals, to try a client's preflight: `text_only` (token-id prompts get HTTP 400, as from TGI or
 GuideLLM's mock), `no_stream_options` (a body with stream_options gets 400), `prefix` (the API lives
 under that path only, so a client with the wrong base URL gets 404), and any model name but `model`

@@ -9,7 +9,7 @@ import json
 import time
 
 from llmbench.mock_server.settings import MockSettings
-from llmbench.mock_server.streams import CREATED, TOKEN_TEXT, Scheduler, Stream, StreamRecord
+from llmbench.mock_server.streams import CREATED, TOKEN_TEXT, Scheduler, SpecCounters, Stream, StreamRecord
 
 MAX_HEAD = 64 * 1024
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Too Large"}
@@ -27,6 +27,7 @@ class MockApp:
         self.settings = settings
         self.records: list[StreamRecord] = []
         self.scheduler = Scheduler(loop)
+        self.spec = SpecCounters(settings.spec_draft_tokens) if settings.spec_draft_tokens else None
         self._loop = loop
         prefix = settings.prefix.rstrip("/")
         self._models = prefix + "/models"
@@ -44,6 +45,8 @@ class MockApp:
             return conn.respond(200, {"object": "list", "data": [card]})
         if method == "GET" and path == "/health":
             return conn.respond(200, {})
+        if method == "GET" and path == "/metrics" and self.spec is not None:
+            return conn.respond_text(200, self.spec.exposition())
         if method == "GET" and path == "/_mock/records":
             return conn.respond(200, [record.to_dict() for record in self.records])
         if method == "POST" and path == "/_mock/reset":
@@ -74,7 +77,7 @@ class MockApp:
         record.tokens = min(int(limit), self.settings.output_tokens) if limit else self.settings.output_tokens
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
         if body.get("stream"):
-            stream = Stream(conn.transport, record, self.settings, chat, usage)
+            stream = Stream(conn.transport, record, self.settings, chat, usage, self.spec)
             conn.begin_stream(stream)
             self.scheduler.add(stream)
         else:
@@ -177,8 +180,13 @@ class Connection(asyncio.Protocol):
             self.app.handle(self, method, target, body, received)
 
     def respond(self, status: int, data) -> None:
-        body = json.dumps(data).encode()
-        head = f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\ncontent-type: application/json\r\n"
+        self._respond(status, json.dumps(data).encode(), "application/json")
+
+    def respond_text(self, status: int, text: str) -> None:
+        self._respond(status, text.encode(), "text/plain; version=0.0.4")  # Prometheus's exposition
+
+    def _respond(self, status: int, body: bytes, kind: str) -> None:
+        head = f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\ncontent-type: {kind}\r\n"
         self.transport.write(b"%scontent-length: %d\r\n\r\n%s" % (head.encode(), len(body), body))
         if self._close_after:
             self.transport.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, fields
 
+REASONING_FIELDS = ("reasoning_content", "reasoning")  # the delta keys vLLM has used, old and new
+
 
 @dataclass(frozen=True)
 class MockSettings:
@@ -20,12 +22,26 @@ class MockSettings:
     # transformers serve refuses them
     openai_fields_only: bool = False
     max_model_len: int = 4096  # listed in the model card, as vLLM lists it
+    # a reasoning model's chat answer: its first reasoning_tokens output tokens stream as reasoning, in
+    # the delta field reasoning_field (DeepSeek's reasoning_content, vLLM's until late 2025, or
+    # reasoning), the rest as content; usage counts them in completion_tokens_details.reasoning_tokens
+    reasoning_tokens: int = 0
+    reasoning_field: str = "reasoning_content"
+    # speculative decoding: each chunk counts as one draft of spec_draft_tokens proposed tokens whose
+    # tokens past the first were accepted, in vLLM's counters at GET /metrics (0: no /metrics, a 404)
+    spec_draft_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.ttft_ms < 0 or self.itl_ms < 0:
             raise ValueError("ttft_ms and itl_ms: expected numbers >= 0")
         if self.output_tokens < 1 or self.tokens_per_chunk < 1:
             raise ValueError("output_tokens and tokens_per_chunk: expected integers >= 1")
+        if self.reasoning_tokens < 0:
+            raise ValueError("reasoning_tokens: expected an integer >= 0")
+        if self.reasoning_field not in REASONING_FIELDS:
+            raise ValueError(f"reasoning_field: expected one of {', '.join(REASONING_FIELDS)}")
+        if self.spec_draft_tokens and self.spec_draft_tokens < self.tokens_per_chunk - 1:
+            raise ValueError("spec_draft_tokens: a chunk's accepted tokens (tokens_per_chunk - 1) exceed it")
         if not self.prefix.startswith("/") or self.prefix.endswith("/") and self.prefix != "/":
             raise ValueError(f"prefix: expected a path such as /v1, got {self.prefix!r}")
 

@@ -49,35 +49,81 @@ def chunk_bytes(data: dict) -> bytes:
 DONE = b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"  # the last event and the end of the chunked body
 
 
+class SpecCounters:
+    """vLLM's speculative-decoding counters as the mock keeps them (settings.spec_draft_tokens): each
+    chunk sent is one draft whose tokens past the first were accepted."""
+
+    def __init__(self, draft_tokens: int):
+        self.draft_len = draft_tokens
+        self.drafts = self.draft_tokens = self.accepted_tokens = 0
+
+    def add(self, chunks: int, tokens: int) -> None:
+        self.drafts += chunks
+        self.draft_tokens += chunks * self.draft_len
+        self.accepted_tokens += tokens - chunks
+
+    def exposition(self) -> str:
+        """GET /metrics's text, as vLLM's prometheus_client writes the three counters."""
+        lines = []
+        for name, value in (
+            ("num_drafts", self.drafts),
+            ("num_draft_tokens", self.draft_tokens),
+            ("num_accepted_tokens", self.accepted_tokens),
+        ):
+            lines += [
+                f"# TYPE vllm:spec_decode_{name} counter",
+                f'vllm:spec_decode_{name}_total{{model_name="mock"}} {value}.0',
+            ]
+        return "\n".join(lines) + "\n"
+
+
 class Stream:
     """One streamed response: its tokens in chunks due `gap` apart from `start`."""
 
-    def __init__(self, transport, record: StreamRecord, settings: MockSettings, chat: bool, usage: bool):
+    def __init__(
+        self,
+        transport,
+        record: StreamRecord,
+        settings: MockSettings,
+        chat: bool,
+        usage: bool,
+        spec: SpecCounters | None = None,
+    ):
         self.transport = transport
         self.record = record
+        self.spec = spec
         self.closed = False
         self.on_done = None  # set by the connection: what runs once the body has ended
         k, n = settings.tokens_per_chunk, record.tokens
-        self.chunks = -(-n // k)
+        self.k, self.chunks = k, -(-n // k)
         self.start = record.received + settings.ttft_ms / 1000
         self.gap = k * settings.itl_ms / 1000
         self.sent = 0
-        envelope = {
+        # a chat answer's first `reasoning` tokens are reasoning (settings.reasoning_tokens)
+        self.reasoning = min(settings.reasoning_tokens, n) if chat else 0
+        self.field = settings.reasoning_field
+        self.chat = chat
+        self.envelope = {
             "id": f"{'chatcmpl' if chat else 'cmpl'}-{record.id}",
             "object": "chat.completion.chunk" if chat else "text_completion",
             "created": CREATED,
             "model": settings.model,
         }
+        self.tail = DONE
+        if usage:
+            counts = {"prompt_tokens": record.prompt_tokens, "completion_tokens": n}
+            counts["total_tokens"] = record.prompt_tokens + n
+            if self.reasoning:
+                counts["completion_tokens_details"] = {"reasoning_tokens": self.reasoning}
+            self.tail = chunk_bytes(self.envelope | {"choices": [], "usage": counts}) + DONE
         # the bytes of the first, a middle and the last chunk: built once, written as often as due
+        envelope = self.envelope
         self.first = chunk_bytes(envelope | _choices(chat, TOKEN_TEXT * k, None, role=True))
         self.body = chunk_bytes(envelope | _choices(chat, TOKEN_TEXT * k, None, role=False))
         last_text = TOKEN_TEXT * (n - (self.chunks - 1) * k)
         self.last = chunk_bytes(envelope | _choices(chat, last_text, "length", role=self.chunks == 1))
-        if usage:
-            counts = {"prompt_tokens": record.prompt_tokens, "completion_tokens": n}
-            counts["total_tokens"] = record.prompt_tokens + n
-            self.last += chunk_bytes(envelope | {"choices": [], "usage": counts})
-        self.last += DONE
+        self.last += self.tail
+        self._made: dict[tuple, bytes] = {}  # a reasoning answer's chunks, by their make-up
 
     def due(self) -> float:
         return self.start + self.sent * self.gap
@@ -88,6 +134,20 @@ class Stream:
         if self.gap > 0:
             upto = min(upto, int((horizon - self.start) / self.gap) + 1)
         upto = max(upto, self.sent + 1)
+        data = b"".join(map(self._chunk, range(self.sent, upto))) if self.reasoning else self._plain(upto)
+        backlogged = self.transport.get_write_buffer_size() > 0
+        self.transport.write(data)
+        record = self.record
+        record.sends.append(time.monotonic())
+        record.events.append(upto - self.sent)
+        record.backlogged += backlogged
+        if self.spec is not None:
+            self.spec.add(upto - self.sent, min(upto * self.k, record.tokens) - self.sent * self.k)
+        self.sent = upto
+        return upto < self.chunks
+
+    def _plain(self, upto: int) -> bytes:
+        """Chunks sent..upto of an answer without reasoning, from the three prebuilt ones."""
         parts = []
         j = self.sent
         if j == 0 and self.chunks > 1:
@@ -99,14 +159,31 @@ class Stream:
             j = middle_end
         if upto == self.chunks and j == self.chunks - 1:
             parts.append(self.last)
-        backlogged = self.transport.get_write_buffer_size() > 0
-        self.transport.write(b"".join(parts))
-        record = self.record
-        record.sends.append(time.monotonic())
-        record.events.append(upto - self.sent)
-        record.backlogged += backlogged
-        self.sent = upto
-        return upto < self.chunks
+        return b"".join(parts)
+
+    def _chunk(self, i: int) -> bytes:
+        """Chunk i of a reasoning answer: reasoning tokens, answer tokens, or both where it holds the
+        phase's end (as vLLM's reasoning parsers send the chunk that closes the thinking)."""
+        start = i * self.k
+        end = min(start + self.k, self.record.tokens)
+        thought = max(0, min(end, self.reasoning) - start)
+        key = (thought, end - start - thought, i == 0, i == self.chunks - 1)
+        if key not in self._made:
+            delta = {"role": "assistant"} if i == 0 else {}
+            if thought:
+                delta[self.field] = TOKEN_TEXT * thought
+            if key[1]:
+                delta["content"] = TOKEN_TEXT * key[1]
+            choice = {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": "length" if key[3] else None,
+            }
+            self._made[key] = chunk_bytes(self.envelope | {"choices": [choice]}) + (
+                self.tail if key[3] else b""
+            )
+        return self._made[key]
 
 
 def _choices(chat: bool, text: str, finish: str | None, role: bool) -> dict:

@@ -24,6 +24,13 @@ LATENCY = {
     "tpot": ("TPOT", "time per output token: (E2EL − TTFT) / (output tokens − 1), per request"),
     "itl": ("ITL", "inter-token latency: every gap between token arrivals, pooled over requests"),
     "e2el": ("E2EL", "end-to-end latency: last output token arrival − submit"),
+    # a reasoning model's run only
+    "ttfo": (
+        "TTFO",
+        "time to first output token: the answer's first token arrival − submit, reasoning left out",
+    ),
+    "reasoning_itl": ("Reasoning ITL", "inter-token latency between the reasoning's token arrivals"),
+    "answer_itl": ("Answer ITL", "inter-token latency between the answer's token arrivals"),
 }
 STATS = {"mean": "mean", "median": "p50", "std": "std dev", "min": "min", "max": "max"}
 
@@ -39,6 +46,11 @@ METRICS = {
     "duration_s": Metric("Duration", "s", "first submit to last completion of the timed requests"),
     "total_input_tokens": Metric("Input tokens", "", "prompt tokens of the timed requests"),
     "total_output_tokens": Metric("Output tokens", "", "output tokens of the timed requests"),
+    "total_reasoning_tokens": Metric("Reasoning tokens", "", "output tokens that streamed as reasoning"),
+    "total_answer_tokens": Metric("Answer tokens", "", "output tokens that were the answer"),
+    "requests_without_answer": Metric(
+        "Requests without answer", "", "completed requests that ended while still reasoning (no TTFO)"
+    ),
     # the step log (summary.json "steps")
     "num_steps": Metric("Engine steps", "", "scheduler steps in the step log"),
     "num_forwards": Metric("Forward passes", "", "model forwards (a multi-step step runs several)"),
@@ -121,7 +133,7 @@ GPU_ONLY = re.compile(r"^(mean_gpu_ms|gpu_.*|num_gpu_.*|max_gpu_.*|mbu|mfu|peak.
 # TFLOP/s; bandwidth stops at GB/s, as device sheets quote it (4,800 GB/s)
 RATE_PREFIXES = {"FLOP/s": ("T", "G", "M", "k"), "B/s": ("G", "M", "k")}
 SCALE = {"T": 1e12, "G": 1e9, "M": 1e6, "k": 1e3, "": 1.0}
-_LATENCY_KEY = re.compile(r"^(mean|median|std|min|max|p[0-9.]+)_(ttft|tpot|itl|e2el)_ms$")
+_LATENCY_KEY = re.compile(rf"^(mean|median|std|min|max|p[0-9.]+)_({'|'.join(LATENCY)})_ms$")
 _IDLE_KEY = re.compile(r"^gpu_idle_during_(\w+)_ms$")
 _STEP_KIND_KEY = re.compile(r"^(prefill|decode)_steps_(gpu_s|of_bound|of_serial_bound)$")
 _STEP_KIND_FIGURE = {

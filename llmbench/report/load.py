@@ -42,7 +42,8 @@ class RunData:
     steps: pd.DataFrame | None  # steps.csv, None when absent or empty
     ablation: dict[str, Any] | None  # ablation.json when `llmbench ablate` wrote one
     sweep: dict[str, Any] | None  # sweep.json when `llmbench sweep` wrote one
-    samples: dict[str, np.ndarray]  # ttft, tpot, e2el per request and itl per gap, in ms
+    # ttft, tpot, e2el per request and itl per gap, in ms; with reasoning, ttfo and each phase's gaps
+    samples: dict[str, np.ndarray]
     token_times: np.ndarray  # every measured output-token arrival, seconds since run start
     label: str = ""
 

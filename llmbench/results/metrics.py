@@ -12,14 +12,17 @@ from typing import Any
 
 import msgspec
 
-LATENCIES = ("ttft", "tpot", "itl", "e2el")
+# a reasoning model's run adds the last three (metrics/reasoning.py)
+LATENCIES = ("ttft", "tpot", "itl", "e2el", "ttfo", "reasoning_itl", "answer_itl")
 STATS = ("mean", "median", "std", "min", "max")
-PERCENTILE_PATTERN = r"^p[0-9.e+-]+_(ttft|tpot|itl|e2el)_ms$"
+PERCENTILE_PATTERN = rf"^p[0-9.e+-]+_({'|'.join(LATENCIES)})_ms$"
 _PERCENTILE_KEY = re.compile(PERCENTILE_PATTERN)
+_LATENCY_KEY = re.compile(rf"^({'|'.join(STATS)})_({'|'.join(LATENCIES)})_ms$")
 
 
 class Latencies(msgspec.Struct, kw_only=True):
-    """mean/median/std/min/max of each latency in ms; None where no request contributed."""
+    """mean/median/std/min/max of each latency in ms; None where no request contributed, and the
+    reasoning figures UNSET (left out) where no request streamed reasoning."""
 
     mean_ttft_ms: float | None = None
     median_ttft_ms: float | None = None
@@ -41,6 +44,22 @@ class Latencies(msgspec.Struct, kw_only=True):
     std_e2el_ms: float | None = None
     min_e2el_ms: float | None = None
     max_e2el_ms: float | None = None
+    # a reasoning model's run: time to the answer's first token, and the gaps within each phase
+    mean_ttfo_ms: float | None | msgspec.UnsetType = msgspec.UNSET
+    median_ttfo_ms: float | None | msgspec.UnsetType = msgspec.UNSET
+    std_ttfo_ms: float | None | msgspec.UnsetType = msgspec.UNSET
+    min_ttfo_ms: float | None | msgspec.UnsetType = msgspec.UNSET
+    max_ttfo_ms: float | None | msgspec.UnsetType = msgspec.UNSET
+    mean_reasoning_itl_ms: float | None | msgspec.UnsetType = msgspec.UNSET
+    median_reasoning_itl_ms: float | None | msgspec.UnsetType = msgspec.UNSET
+    std_reasoning_itl_ms: float | None | msgspec.UnsetType = msgspec.UNSET
+    min_reasoning_itl_ms: float | None | msgspec.UnsetType = msgspec.UNSET
+    max_reasoning_itl_ms: float | None | msgspec.UnsetType = msgspec.UNSET
+    mean_answer_itl_ms: float | None | msgspec.UnsetType = msgspec.UNSET
+    median_answer_itl_ms: float | None | msgspec.UnsetType = msgspec.UNSET
+    std_answer_itl_ms: float | None | msgspec.UnsetType = msgspec.UNSET
+    min_answer_itl_ms: float | None | msgspec.UnsetType = msgspec.UNSET
+    max_answer_itl_ms: float | None | msgspec.UnsetType = msgspec.UNSET
     # p<P>_<latency>_ms for each configured percentile, e.g. "p99_ttft_ms"
     percentiles: dict[str, float | None] = {}
 
@@ -48,7 +67,8 @@ class Latencies(msgspec.Struct, kw_only=True):
         """A figure by its key in the file (a user's `--metric` names one): None when absent."""
         if _PERCENTILE_KEY.match(key):
             return self.percentiles.get(key)
-        return getattr(self, key, None) if key in self.__struct_fields__ else None
+        value = getattr(self, key, None) if key in self.__struct_fields__ else None
+        return None if value is msgspec.UNSET else value
 
 
 class Metrics(msgspec.Struct, kw_only=True):
@@ -72,6 +92,11 @@ class Metrics(msgspec.Struct, kw_only=True):
     # an earlier trial had left there (run/prefix_cache.py); None where the server does not say
     cached_prompt_tokens: int | None | msgspec.UnsetType = msgspec.UNSET
     warm_cache_requests: int | None | msgspec.UnsetType = msgspec.UNSET
+    # a reasoning model's run (metrics/reasoning.py): the output tokens that were reasoning and answer,
+    # and the completed requests that ended before their answer began (they have no TTFO)
+    total_reasoning_tokens: int | msgspec.UnsetType = msgspec.UNSET
+    total_answer_tokens: int | msgspec.UnsetType = msgspec.UNSET
+    requests_without_answer: int | msgspec.UnsetType = msgspec.UNSET
 
     def value(self, key: str) -> Any:
         if key in self.__struct_fields__ and key != "latencies":
@@ -97,7 +122,7 @@ def unflatten(data: dict[str, Any]) -> dict[str, Any]:
     for key, value in data.items():
         if _PERCENTILE_KEY.match(key):
             latencies["percentiles"][key] = value
-        elif key.endswith("_ms") and key.split("_")[0] in STATS and key.split("_")[1] in LATENCIES:
+        elif _LATENCY_KEY.match(key):
             latencies[key] = value
         else:
             rest[key] = value
@@ -114,6 +139,11 @@ def flatten(data: dict[str, Any]) -> dict[str, Any]:
             continue
         percentiles = value.pop("percentiles", {})
         for name in LATENCIES:
-            flat.update((k, v) for k, v in value.items() if k.split("_")[1] == name)
-            flat.update((k, v) for k, v in percentiles.items() if k.split("_")[1] == name)
+            flat.update((k, v) for k, v in value.items() if _latency(k) == name)
+            flat.update((k, v) for k, v in percentiles.items() if _latency(k) == name)
     return flat
+
+
+def _latency(key: str) -> str:
+    """The latency a `<stat>_<latency>_ms` or `p<P>_<latency>_ms` key holds."""
+    return key.split("_", 1)[1].removesuffix("_ms")

@@ -58,6 +58,12 @@ class RequestRecord:
     # included) and this the workload's; cached_prompt_tokens, those its prefix cache held
     planned_prompt_len: int | None = None
     cached_prompt_tokens: int | None = None
+    # where the stream had reasoning (a chat delta's reasoning_content or reasoning): how many of the
+    # output tokens were reasoning (the server's usage count where it gives one), and the token_times
+    # index of the answer's first token (None: no answer token came); the tokens before it are the
+    # reasoning phase
+    reasoning_tokens: int | None = None
+    answer_start: int | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -102,6 +108,8 @@ _ONLY_WHEN_SET = (
     *HTTP_PHASE_COLUMNS,
     "planned_prompt_len",
     "cached_prompt_tokens",
+    "reasoning_tokens",
+    "answer_start",
 )
 
 

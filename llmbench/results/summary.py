@@ -98,6 +98,15 @@ class ServerMetrics(msgspec.Struct, kw_only=True):
     mean_prefix_cache_hit_rate: float | None | UnsetType = UNSET
     max_prefix_cache_hit_rate: float | None | UnsetType = UNSET
     prefix_cache_hit_rate_by_trial: list[float | None] | UnsetType = UNSET
+    # speculative decoding, where the server reports it: over the trials, and each trial's
+    spec_drafts: float | None | UnsetType = UNSET
+    spec_draft_tokens: float | None | UnsetType = UNSET
+    spec_accepted_tokens: float | None | UnsetType = UNSET
+    spec_acceptance_rate: float | None | UnsetType = UNSET
+    spec_mean_accepted_length: float | None | UnsetType = UNSET
+    spec_drafts_by_trial: list[float | None] | UnsetType = UNSET
+    spec_acceptance_rate_by_trial: list[float | None] | UnsetType = UNSET
+    spec_mean_accepted_length_by_trial: list[float | None] | UnsetType = UNSET
     sources: dict[str, str] | UnsetType = UNSET
 
 

@@ -118,6 +118,7 @@ def _record_served(record: RequestRecord, output: ServedOutput, shift: float) ->
     if output.prompt_tokens is not None:
         record.planned_prompt_len, record.prompt_len = record.prompt_len, output.prompt_tokens
     record.cached_prompt_tokens = output.cached_tokens
+    record.reasoning_tokens, record.answer_start = output.reasoning_tokens, output.answer_start
     if output.server_timestamps:
         record.server_timestamps = {
             key: [t + shift for t in value] if isinstance(value, list) else value + shift

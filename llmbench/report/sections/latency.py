@@ -1,5 +1,6 @@
 """Latency at every configured percentile (whatever p-keys the summaries carry, p99.9 included) and
-interactive distributions (CDFs) of TTFT, TPOT, ITL and E2EL for the points with request rows."""
+interactive distributions (CDFs) of TTFT, TPOT, ITL and E2EL for the points with request rows; a
+reasoning model's run adds TTFO and the ITL of each phase to the tables, and with them its token split."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import re
 import numpy as np
 
 from llmbench.report.charts import line_chart, xy
-from llmbench.report.format import LATENCY, number
+from llmbench.report.format import LATENCY, describe, header_cell, number
 from llmbench.report.html import esc, table
 from llmbench.report.page import Page, Point
 
-_PERCENTILE = re.compile(r"^p([0-9.]+)_(ttft|tpot|itl|e2el)_ms$")
+_PERCENTILE = re.compile(rf"^p([0-9.]+)_({'|'.join(LATENCY)})_ms$")
+REASONING_COUNTS = ("total_reasoning_tokens", "total_answer_tokens", "requests_without_answer")
 
 
 def percentiles(points: list[Point]) -> list[str]:
@@ -26,12 +28,19 @@ def _columns(points: list[Point]) -> list[tuple[str, str]]:
     return [("mean", "mean"), *((f"p{q}", f"p{q}") for q in percentiles(points)), ("max", "max")]
 
 
+def _latencies(points: list[Point]) -> dict[str, tuple[str, str]]:
+    """The latencies these points have: the reasoning ones only where a run streamed reasoning."""
+    return {
+        name: text for name, text in LATENCY.items() if any(f"mean_{name}_ms" in p.metrics for p in points)
+    }
+
+
 def _single(point: Point) -> str:
     columns = _columns([point])
     rows = [
         [f'<span title="{esc(definition)}">{esc(label)} (ms)</span>']
         + [number(point.metrics.get(f"{prefix}_{name}_ms")) for prefix, _ in columns]
-        for name, (label, definition) in LATENCY.items()
+        for name, (label, definition) in _latencies([point]).items()
     ]
     return table(["", *(esc(h) for _, h in columns)], rows)
 
@@ -39,7 +48,7 @@ def _single(point: Point) -> str:
 def _per_metric(points: list[Point]) -> str:
     columns = _columns(points)
     parts = []
-    for name, (label, definition) in LATENCY.items():
+    for name, (label, definition) in _latencies(points).items():
         rows = [
             [esc(p.label)] + [number(p.metrics.get(f"{prefix}_{name}_ms")) for prefix, _ in columns]
             for p in points
@@ -52,14 +61,14 @@ def _per_metric(points: list[Point]) -> str:
 
 
 def _cdfs(points: list[Point]) -> str:
-    with_samples = [p for p in points if p.run is not None and any(p.run.samples[k].size for k in LATENCY)]
+    with_samples = [p for p in points if p.run is not None and any(s.size for s in p.run.samples.values())]
     if not with_samples:
         return ""
     charts = []
     for name, (label, _) in LATENCY.items():
         datasets = []
         for point in with_samples:
-            values = np.sort(point.run.samples[name])
+            values = np.sort(point.run.samples.get(name, np.empty(0)))
             if values.size:
                 share = 100 * np.arange(1, values.size + 1) / values.size
                 datasets.append({"label": point.label, "data": xy(values, share)})
@@ -68,6 +77,17 @@ def _cdfs(points: list[Point]) -> str:
             y = {"title": "% of samples at or below", "min": 0, "max": 100}
             charts.append(line_chart(f"{label} distribution (CDF)", x, y, datasets, "%"))
     return '<div class="charts2">' + "".join(charts) + "</div>"
+
+
+def _reasoning_counts(points: list[Point]) -> str:
+    """How the output split into reasoning and answer, for runs that streamed reasoning."""
+    shown = [p for p in points if "total_reasoning_tokens" in p.metrics]
+    if not shown:
+        return ""
+    rows = [
+        [esc(p.label)] + [number(p.metrics.get(k), describe(k).unit) for k in REASONING_COUNTS] for p in shown
+    ]
+    return table(["", *(header_cell(k) for k in REASONING_COUNTS)], rows)
 
 
 def render(page: Page) -> str:
@@ -79,6 +99,7 @@ def render(page: Page) -> str:
         if len(page.groups) > 1:
             parts.append(f"<h3>{esc(group.title)}</h3>")
         parts.append(_single(points[0]) if len(points) == 1 else _per_metric(points))
+        parts.append(_reasoning_counts(points))
         parts.append(_cdfs(points))
     if not parts:
         return ""

@@ -81,3 +81,49 @@ def multi(tokens: int, finish: str) -> bytes:
     """One event carrying `tokens` token ids, as a multi-step server sends them."""
     choice = {"index": 0, "text": "x" * tokens, "token_ids": list(range(tokens)), "finish_reason": finish}
     return b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"
+
+
+def delta(finish: str | None = None, **fields) -> bytes:
+    """A chat chunk whose delta holds `fields` (content, reasoning_content, reasoning)."""
+    choice = {"index": 0, "delta": fields, "finish_reason": finish}
+    return b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_reasoning_is_output_and_the_answer_starts_where_content_first_comes(field):
+    # three reasoning events, one holding both (the end of thinking), one of content; usage gives no
+    # reasoning count, so the reasoning events' tokens are it (one an event without token ids)
+    reads = [(0.010, delta(role="assistant", **{field: "think"})), (0.020, delta(**{field: "more"}))]
+    reads += [(0.030, delta(**{field: "."}, content="Ans") + delta(content="wer"))]
+    reads += [
+        (
+            0.045,
+            delta("length", content="!") + b'data: {"choices": [], "usage": {"completion_tokens": 6}}\n\n',
+        )
+    ]
+    parser = StreamParser("r", chat=True)
+    record = RequestRecord("r", trial=0, warmup=False, prompt_len=4)
+    live = {"r": record}
+    for stamp, data in [*reads, (0.046, None)]:
+        record_outputs(live, parser.take(stamp, data, wall_offset=0.0), stamp, 0.0, True, False)
+    # TTFT is the first reasoning token; the answer's first token is the 3rd, the mixed event
+    assert record.first_token_time == 0.010 and record.answer_start == 2
+    assert record.token_times == [0.010, 0.020, 0.030, 0.030, 0.045, 0.045]  # usage's 6th joins the last
+    assert record.reasoning_tokens == 2 and record.output_len == 6
+    assert parser.reader.reasoning_counted == 2
+
+
+def test_the_servers_reasoning_count_wins_and_a_zero_with_no_reasoning_streamed_is_none():
+    usage = {"completion_tokens": 9, "completion_tokens_details": {"reasoning_tokens": 7}}
+    body = delta(reasoning="x") + delta("stop", content="y")
+    body += b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n"
+    parser = StreamParser("r", chat=True)
+    parser.take(1.0, body, wall_offset=0.0)
+    (last,) = parser.take(2.0, None, wall_offset=0.0)
+    assert (last.reasoning_tokens, last.answer_start) == (7, 1)
+    usage["completion_tokens_details"]["reasoning_tokens"] = 0
+    plain = delta("stop", content="y") + b"data: " + json.dumps({"choices": [], "usage": usage}).encode()
+    parser = StreamParser("r", chat=True)
+    parser.take(1.0, plain + b"\n\n", wall_offset=0.0)
+    (last,) = parser.take(2.0, None, wall_offset=0.0)
+    assert (last.reasoning_tokens, last.answer_start) == (None, None)  # an answer with no reasoning

@@ -121,3 +121,47 @@ def test_sglangs_cache_hit_rate_gauge_is_averaged_over_each_trial():
         for i, r in enumerate([0, 0.2, 0.5, 0.7])
     ]
     assert summarize_scrapes(rows)["prefix_cache_hit_rate_by_trial"] == pytest.approx([0.1, 0.6])
+
+
+@pytest.mark.parametrize("suffix", ["_total", ""])
+def test_each_trials_speculative_acceptance_from_vllms_counters_either_spelling(suffix):
+    def scrape(drafts: float, proposed: float, accepted: float) -> dict[str, float]:
+        text = f"vllm:spec_decode_num_drafts{suffix} {drafts}\n"
+        text += f'vllm:spec_decode_num_draft_tokens{suffix}{{engine="0"}} {proposed}\n'
+        text += f"vllm:spec_decode_num_accepted_tokens{suffix} {accepted}\n"
+        text += f'vllm:spec_decode_num_accepted_tokens_per_pos{suffix}{{position="0"}} 999\n'  # not ours
+        return known_quantities(parse_samples(text))[0]
+
+    # trial 0: 10 drafts of 3 tokens, 15 of the 30 accepted; trial 1: 10 more, 30 of 30
+    rows = [(0.0, 0, scrape(0, 0, 0)), (1.0, 0, scrape(10, 30, 15))]
+    rows += [(2.0, 1, scrape(10, 30, 15)), (3.0, 1, scrape(20, 60, 45))]
+    spec = summarize_scrapes(rows)
+    assert (spec["spec_drafts"], spec["spec_draft_tokens"], spec["spec_accepted_tokens"]) == (20, 60, 45)
+    assert spec["spec_acceptance_rate"] == 0.75 and spec["spec_mean_accepted_length"] == 1 + 45 / 20
+    assert spec["spec_drafts_by_trial"] == [10, 10]
+    assert spec["spec_acceptance_rate_by_trial"] == [0.5, 1.0]
+    assert spec["spec_mean_accepted_length_by_trial"] == [2.5, 4.0]
+
+
+def test_sglangs_acceptance_from_its_verify_passes_and_gauges():
+    def scrape(verifies: float, generated: float, finished: float, rate: float, length: float):
+        text = f"sglang:spec_verify_calls_total {verifies}\nsglang:generation_tokens_total {generated}\n"
+        text += f"sglang:num_requests_total {finished}\n"
+        text += f'sglang:spec_accept_rate{{dp_rank="0"}} {rate}\n'
+        text += f'sglang:spec_accept_length{{dp_rank="0"}} {length}\n'
+        return known_quantities(parse_samples(text))[0]
+
+    # 4 requests, 4 first tokens from their prefill, 96 more from 40 verify passes: 2.4 a pass
+    rows = [(0.0, 0, scrape(0, 0, 0, 0.5, 2.0)), (1.0, 0, scrape(40, 100, 4, 0.7, 2.6))]
+    spec = summarize_scrapes(rows)
+    assert spec["spec_drafts"] == 40 and spec["spec_mean_accepted_length"] == pytest.approx(2.4)
+    assert spec["spec_acceptance_rate"] == pytest.approx(0.6)  # the gauge's mean over the scrapes
+    assert spec["spec_draft_tokens"] is None and spec["spec_accepted_tokens"] is None
+
+
+def test_a_server_without_speculative_decoding_has_none_of_its_keys():
+    rows = [
+        (0.0, 0, known_quantities(parse_samples(VLLM))[0]),
+        (1.0, 0, known_quantities(parse_samples(VLLM))[0]),
+    ]
+    assert not [key for key in summarize_scrapes(rows) if key.startswith("spec_")]

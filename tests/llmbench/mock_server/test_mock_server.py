@@ -93,9 +93,42 @@ def test_sent_latencies_judge_what_was_written():
 def test_settings_round_trip_through_the_command_line():
     import argparse
 
-    settings = MockSettings(ttft_ms=1.5, text_only=True, prefix="/x")
+    settings = MockSettings(ttft_ms=1.5, text_only=True, prefix="/x", reasoning_tokens=2, spec_draft_tokens=3)
     parser = argparse.ArgumentParser()
     MockSettings.add_arguments(parser)
     assert MockSettings.from_args(parser.parse_args(settings.to_args())) == settings
     with pytest.raises(ValueError, match="prefix"):
         MockSettings(prefix="v1")
+
+
+def test_a_reasoning_phase_streams_its_field_first_and_usage_counts_it():
+    settings = MockSettings(ttft_ms=0, itl_ms=0, output_tokens=5, tokens_per_chunk=2, reasoning_tokens=3)
+    with MockServer(settings) as mock:
+        body = {"messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": True}}
+        *chunks, usage, _ = events(post(mock, "/chat/completions", body))
+        plain = events(post(mock, "/completions", {"prompt": "hi"}))  # completions have no reasoning
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert deltas == [
+        {"role": "assistant", "reasoning_content": " a a"},
+        {"reasoning_content": " a", "content": " a"},  # the chunk that ends the thinking holds both
+        {"content": " a"},
+    ]
+    assert usage["usage"]["completion_tokens_details"] == {"reasoning_tokens": 3}
+    assert [c["choices"][0]["text"] for c in plain[:-1]] == [" a a", " a a", " a"]
+
+
+def test_speculative_counters_count_each_chunk_as_a_draft():
+    with MockServer(MockSettings(ttft_ms=0, itl_ms=0, output_tokens=7, tokens_per_chunk=3)) as mock:
+        assert httpx.get(mock.root + "/metrics").status_code == 404  # no counters asked for: none
+    settings = MockSettings(ttft_ms=0, itl_ms=0, output_tokens=7, tokens_per_chunk=3, spec_draft_tokens=4)
+    with MockServer(settings) as mock:
+        post(mock, "/completions", {"prompt": [1]})
+        text = httpx.get(mock.root + "/metrics").text
+    # 7 tokens in chunks of 3, 3, 1: three drafts of 4 proposed tokens, 2 + 2 + 0 accepted
+    assert 'vllm:spec_decode_num_drafts_total{model_name="mock"} 3.0' in text
+    assert 'vllm:spec_decode_num_draft_tokens_total{model_name="mock"} 12.0' in text
+    assert 'vllm:spec_decode_num_accepted_tokens_total{model_name="mock"} 4.0' in text
+    with pytest.raises(ValueError, match="spec_draft_tokens"):
+        MockSettings(tokens_per_chunk=3, spec_draft_tokens=1)
+    with pytest.raises(ValueError, match="reasoning_field"):
+        MockSettings(reasoning_field="thinking")
