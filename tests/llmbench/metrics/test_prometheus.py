@@ -165,3 +165,50 @@ def test_a_server_without_speculative_decoding_has_none_of_its_keys():
         (1.0, 0, known_quantities(parse_samples(VLLM))[0]),
     ]
     assert not [key for key in summarize_scrapes(rows) if key.startswith("spec_")]
+
+
+# What vLLM's /metrics says for an engine with speculative decoding, as its prometheus_client writes it:
+# HELP and TYPE lines, a `_created` timestamp beside every counter, one sample per engine, and the
+# per-position counter whose name starts like the accepted-token total.
+VLLM_SPEC_EXPOSITION = """\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} {drafts0}
+vllm:spec_decode_num_drafts_total{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} {drafts1}
+# HELP vllm:spec_decode_num_drafts_created Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_created gauge
+vllm:spec_decode_num_drafts_created{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 1.7650824e+09
+# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} {proposed0}
+vllm:spec_decode_num_draft_tokens_total{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} {proposed1}
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} {accepted0}
+vllm:spec_decode_num_accepted_tokens_total{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} {accepted1}
+vllm:spec_decode_num_accepted_tokens_created{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 1.7650824e+09
+# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct",position="0"} 9000.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct",position="1"} 7000.0
+"""
+
+
+def test_acceptance_from_a_whole_vllm_exposition_sums_engines_and_skips_created_and_per_position():
+    def scrape(d0, d1, p0, p1, a0, a1) -> dict[str, float]:
+        text = VLLM_SPEC_EXPOSITION
+        for key, value in dict(
+            drafts0=d0, drafts1=d1, proposed0=p0, proposed1=p1, accepted0=a0, accepted1=a1
+        ).items():
+            text = text.replace("{" + key + "}", f"{value:.1f}")
+        return known_quantities(parse_samples(text))[0]
+
+    # over the trial, two engines: 100 + 60 drafts of 3 tokens, 200 + 90 of the 480 accepted
+    rows = [
+        (0.0, 0, scrape(500, 400, 1500, 1200, 900, 700)),
+        (1.0, 0, scrape(600, 460, 1800, 1380, 1100, 790)),
+    ]
+    spec = summarize_scrapes(rows)
+    assert (spec["spec_drafts"], spec["spec_draft_tokens"], spec["spec_accepted_tokens"]) == (160, 480, 290)
+    assert spec["spec_acceptance_rate"] == pytest.approx(290 / 480)
+    assert spec["spec_mean_accepted_length"] == pytest.approx(1 + 290 / 160)
