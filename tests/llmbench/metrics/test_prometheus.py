@@ -173,24 +173,24 @@ def test_a_server_without_speculative_decoding_has_none_of_its_keys():
 VLLM_SPEC_EXPOSITION = """\
 # HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
 # TYPE vllm:spec_decode_num_drafts_total counter
-vllm:spec_decode_num_drafts_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} {drafts0}
-vllm:spec_decode_num_drafts_total{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} {drafts1}
+vllm:spec_decode_num_drafts_total{engine="0",model_name="llama-3.1-8b"} {drafts0}
+vllm:spec_decode_num_drafts_total{engine="1",model_name="llama-3.1-8b"} {drafts1}
 # HELP vllm:spec_decode_num_drafts_created Number of spec decoding drafts.
 # TYPE vllm:spec_decode_num_drafts_created gauge
-vllm:spec_decode_num_drafts_created{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 1.7650824e+09
+vllm:spec_decode_num_drafts_created{engine="0",model_name="llama-3.1-8b"} 1.7650824e+09
 # HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.
 # TYPE vllm:spec_decode_num_draft_tokens_total counter
-vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} {proposed0}
-vllm:spec_decode_num_draft_tokens_total{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} {proposed1}
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="llama-3.1-8b"} {proposed0}
+vllm:spec_decode_num_draft_tokens_total{engine="1",model_name="llama-3.1-8b"} {proposed1}
 # HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
 # TYPE vllm:spec_decode_num_accepted_tokens_total counter
-vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} {accepted0}
-vllm:spec_decode_num_accepted_tokens_total{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} {accepted1}
-vllm:spec_decode_num_accepted_tokens_created{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 1.7650824e+09
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="llama-3.1-8b"} {accepted0}
+vllm:spec_decode_num_accepted_tokens_total{engine="1",model_name="llama-3.1-8b"} {accepted1}
+vllm:spec_decode_num_accepted_tokens_created{engine="0",model_name="llama-3.1-8b"} 1.7650824e+09
 # HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.
 # TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
-vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct",position="0"} 9000.0
-vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct",position="1"} 7000.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="llama-3.1-8b",position="0"} 9000.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="llama-3.1-8b",position="1"} 7000.0
 """
 
 
