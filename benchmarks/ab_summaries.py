@@ -1,6 +1,7 @@
 """The step figures of the run directories an interleaved A/B left (benchmarks/interleaved_ab.sh with
 `llmbench run ... --out {out}`), in one JSON file: each run's host phases, GPU busy and idle, and
-throughput, TPOT, TTFT and E2EL (and a multi-turn run's TTFT by turn), then each side's median and
+throughput, TPOT, TTFT and E2EL, the prompt tokens the server found cached and its prefix-cache hit
+rate (and a multi-turn run's TTFT by turn), then each side's median and
 range. Beside the run's means (which count its prefill steps too), the medians of its steady decode
 steps from steps.csv: those running the run's largest decode batch and no prompt token.
 
@@ -8,7 +9,7 @@ steps from steps.csv: those running the run's largest decode batch and no prompt
 
 Reads run directories only: takes seconds. Writes the JSON file named (FILE); the published ones are
 docs/measurements/h200/graph_sizes/*.json, docs/measurements/h200/throughput_ab/decode_launch_ab.json and
-docs/measurements/h200/field/{poisson32,multiturn}.json.
+docs/measurements/h200/field/{poisson32,multiturn,warmcache}.json.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ METRIC_FIGURES = (
     "median_ttft_ms",
     "p99_ttft_ms",
     "median_e2el_ms",
+    "total_input_tokens",
+    "cached_prompt_tokens",
+    "warm_cache_requests",
 )
 
 DECODE_FIGURES = ("decode_host_ms", "decode_schedule_ms", "decode_prepare_ms", "decode_output_ms")
@@ -70,6 +74,11 @@ def run_figures(run_dir: Path) -> dict:
     figures = {name: summary.steps.value(name) for name in STEP_FIGURES}
     figures |= {name: summary.metrics.value(name) for name in METRIC_FIGURES}
     figures |= steady_decode_figures(run_dir / "steps.csv")
+    # what a prefix cache warmed before the trial gave it: the server's hit rate and the run's warning
+    server = summary.server_metrics
+    hit_rate = getattr(server, "prefix_cache_hit_rate_by_trial", None) if server else None
+    figures["server_prefix_cache_hit_rate"] = hit_rate[0] if hit_rate else None
+    figures["warm_cache_warned"] = bool(summary.warnings)
     # a multi-turn run's TTFT by turn: later turns resend the history, which a prefix cache holds
     for turn, metrics in (summary.turns or {}).items():
         figures[f"turn{turn}_median_ttft_ms"] = metrics.latencies.median_ttft_ms

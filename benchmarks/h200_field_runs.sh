@@ -10,6 +10,10 @@
 #              prefix caching on (A_k) vs off (B_k), two servers side by side, 3 interleaved trials (~3 min)
 #   energy     joules per output token, 3 trials each: the throughput workload, and one request at a
 #              time (~3 min)
+#   warmcache  one all-on server with prefix caching, the same seeded ShareGPT run (300 requests at
+#              Poisson 32 req/s) repeated: first on the fresh server (cold), then 3 interleaved rounds
+#              of the run as is (A_k: the cache the run before left) and with
+#              backend.reset_prefix_cache (B_k: emptied before the trial) (~3 min)
 #
 #   bash benchmarks/h200_field_runs.sh TOKENIZER OUT_DIR DEST SECTION...
 #
@@ -19,7 +23,7 @@
 # checkout's root; its readings go to docs/measurements/h200.md.
 set -uo pipefail
 if [ $# -lt 4 ]; then
-    echo "usage: $0 TOKENIZER OUT_DIR DEST SECTION... (poisson32 capacity multiturn energy)" >&2
+    echo "usage: $0 TOKENIZER OUT_DIR DEST SECTION... (poisson32 capacity multiturn energy warmcache)" >&2
     exit 2
 fi
 tokenizer=$(realpath "$1") out=$2 dest=$3
@@ -114,13 +118,28 @@ energy() {
         --set workload.arrival.process=inf --set workload.dataset.output_len=128 --out "$out/energy/bs1" | tail -4
 }
 
+warmcache() {
+    local dir=$out/warmcache k
+    local same_run=("${sharegpt[@]}" "${client[@]}" --set backend.url=http://127.0.0.1:8005/v1
+        --set engine.max_model_len=2048 --set workload.num_requests=300 --set workload.arrival.process=poisson
+        --set workload.arrival.rate=32)
+    serve 8005 "$dir.log" "${sharegpt[0]}" --set engine.max_model_len=2048 --set engine.prefix_caching=true \
+        "${toggles_on[@]}" || return
+    "${llmbench[@]}" run "${same_run[@]}" --out "$dir/cold" | tail -4
+    for k in 1 2 3; do
+        "${llmbench[@]}" run "${same_run[@]}" --out "$dir/A_$k" | tail -4
+        "${llmbench[@]}" run "${same_run[@]}" --set backend.reset_prefix_cache=true --out "$dir/B_$k" | tail -4
+    done
+    python benchmarks/ab_summaries.py "$dir" "$dir/warmcache.json"
+}
+
 current=""
 # `timeout` signals the whole group: the runs write their partial results, then this packs them
 trap 'stop_servers; [ -n "$current" ] && pack "$current"; exit 143' TERM
 
 for section in "$@"; do
     case $section in
-        poisson32 | capacity | multiturn | energy)
+        poisson32 | capacity | multiturn | energy | warmcache)
             current=$section
             mkdir -p "$out/$section"
             echo "$section: start ($(date +%T))"
@@ -129,6 +148,6 @@ for section in "$@"; do
             pack "$section"
             current=""
             ;;
-        *) echo "error: unknown section $section (poisson32 capacity multiturn energy)" >&2; exit 2 ;;
+        *) echo "error: unknown section $section (poisson32 capacity multiturn energy warmcache)" >&2; exit 2 ;;
     esac
 done
