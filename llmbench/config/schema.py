@@ -236,6 +236,18 @@ class OutputConfig:
 
 
 @dataclass
+class ServedModel:
+    """One model of backend.models: a served name (a base model or a LoRA adapter) and its share."""
+
+    name: str = ""
+    weight: float = bounded(1.0, gt=0, le=1e6)  # relative: weights 3 and 1 send 75% and 25%
+
+    def __post_init__(self) -> None:
+        if not self.name.strip():
+            raise ConfigError("name", "expected the name a server serves (GET /v1/models), got ''")
+
+
+@dataclass
 class BackendConfig:
     type: Literal["bundled", "hf", "openai", "server"] = "bundled"
     batch_size: int | None = bounded(None, ge=1, le=1 << 16)  # hf static batch; default: engine.max_num_seqs
@@ -243,6 +255,9 @@ class BackendConfig:
     url: str | None = None  # openai: the base URL, with or without its /v1
     endpoint: Literal["completions", "chat"] = "completions"
     model: str | None = None  # the served model's name; default: the first of GET <url>/models
+    # openai: a mix of served models or LoRA adapters; each request picks one by weight, seeded
+    # (run/model_mix.py), and summary.json gets metrics per model
+    models: list[ServedModel] | None = None
     api_key_env: str | None = None  # the environment variable holding the API key (sent as a Bearer token)
     prompt_format: Literal["token_ids", "text"] = "token_ids"  # text: exact-length text via the tokenizer
     startup_timeout_s: float = bounded(600.0, gt=0, le=MAX_SECONDS)  # server: how long GET /health may take
@@ -271,6 +286,8 @@ class BackendConfig:
             raise ConfigError("prompt_format", "the chat endpoint takes text: set prompt_format: text")
         if self.workers not in (1, "auto") and self.type not in HTTP_BACKENDS:
             raise ConfigError("workers", "stream workers send HTTP: backend.type openai or server")
+        if self.models is not None:
+            self._check_models()
         if self.reset_prefix_cache and self.type not in HTTP_BACKENDS:
             raise ConfigError("reset_prefix_cache", "resets a server's cache: backend.type openai or server")
         if self.ray_address is not None:
@@ -280,6 +297,18 @@ class BackendConfig:
                 raise ConfigError("ray_address", f"{expected}, got {got}")
             if self.type not in HTTP_BACKENDS:
                 raise ConfigError("ray_address", "Ray workers stream HTTP: backend.type openai or server")
+
+    def _check_models(self) -> None:
+        if self.type != "openai":
+            raise ConfigError("models", "a mix of served models needs backend.type openai")
+        if not self.models:
+            raise ConfigError("models", "expected a non-empty list of {name, weight}")
+        if self.model is not None:
+            raise ConfigError("models", "set backend.model or backend.models, not both")
+        names = [m.name for m in self.models]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError("models", f"each name once: {', '.join(map(repr, twice))} given twice")
 
 
 @dataclass

@@ -58,6 +58,7 @@ class RequestRecord:
     # included) and this the workload's; cached_prompt_tokens, those its prefix cache held
     planned_prompt_len: int | None = None
     cached_prompt_tokens: int | None = None
+    model: str | None = None  # under backend.models: the served model the request went to
 
     @property
     def succeeded(self) -> bool:
@@ -102,6 +103,7 @@ _ONLY_WHEN_SET = (
     *HTTP_PHASE_COLUMNS,
     "planned_prompt_len",
     "cached_prompt_tokens",
+    "model",
 )
 
 

@@ -124,6 +124,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     server_metrics: ServerMetrics | UnsetType = UNSET
     client: Client | UnsetType = UNSET
     turns: dict[str, TurnMetrics] | UnsetType = UNSET  # by turn index, "1" first
+    models: dict[str, Metrics] | UnsetType = UNSET  # by served model, under backend.models
     samples: list[Sample] | UnsetType = UNSET
     served_model: str | UnsetType = UNSET  # the model an HTTP server said it serves
     warnings: list[str] | UnsetType = UNSET  # what the figures must be read with (a warm prefix cache)
@@ -151,6 +152,8 @@ class RunSummary(msgspec.Struct, kw_only=True):
             data["trials"] = [flatten(trial) for trial in data["trials"]]
         if "turns" in data:
             data["turns"] = {turn: flatten(metrics) for turn, metrics in data["turns"].items()}
+        if "models" in data:
+            data["models"] = {model: flatten(metrics) for model, metrics in data["models"].items()}
         return data
 
     def save(self, path: str | Path) -> None:
@@ -164,6 +167,8 @@ def _unflattened(data: dict[str, Any]) -> dict[str, Any]:
         data["trials"] = [unflatten(trial) for trial in data["trials"]]
     if "turns" in data:
         data["turns"] = {turn: unflatten(metrics) for turn, metrics in data["turns"].items()}
+    if "models" in data:
+        data["models"] = {model: unflatten(metrics) for model, metrics in data["models"].items()}
     return data
 
 

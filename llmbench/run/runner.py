@@ -23,6 +23,7 @@ from llmbench.device.ceilings import run_ceilings, run_clock_sampler
 from llmbench.device.environment import collect_environment
 from llmbench.engine.gc_heap import freeze_heap
 from llmbench.metrics.client import client_summary
+from llmbench.metrics.models import per_model_metrics
 from llmbench.metrics.requests import compute_metrics
 from llmbench.metrics.roofline import bound_summary
 from llmbench.metrics.steps import summarize_steps
@@ -124,6 +125,11 @@ def run_benchmark(
             )
             if config.workload.session.turns > 1:
                 summary["turns"] = per_turn_metrics(state.records, config.output.percentiles, config.slo)
+            if config.backend.models:
+                names = [m.name for m in config.backend.models]
+                summary["models"] = per_model_metrics(
+                    state.records, names, config.output.percentiles, config.slo
+                )
             samples = state.samples.texts(config)
             if samples:
                 summary["samples"] = samples

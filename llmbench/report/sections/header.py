@@ -136,6 +136,8 @@ def _served_elsewhere(name: str, summary: dict[str, Any]) -> str | None:
     if backend.get("type") != "openai":
         return None
     url = backend.get("url") or "?"
+    if name == "Model" and backend.get("models"):
+        return f"a mix of {', '.join(m['name'] for m in backend['models'])} at {url}"
     if name == "Model":
         served = summary.get("served_model") or backend.get("model")  # runs before served_model: the config's
         return f"{served} at {url}" if served else f"the first model {url} lists"
