@@ -276,6 +276,9 @@ class BackendConfig:
     client_lag_bound_ms: float = bounded(10.0, ge=0, le=MAX_SECONDS * 1000)
     # POST the server's /reset_prefix_cache before every timed trial: no trial finds a warm cache
     reset_prefix_cache: bool = False
+    # POST the server's /start_profile before the timed trials and /stop_profile after them (run
+    # --profile-server): vLLM, SGLang and llmbench serve write a torch profiler trace
+    profile_server: bool = False
 
     def __post_init__(self) -> None:
         if self.type == "openai" and not self.url:
@@ -290,6 +293,11 @@ class BackendConfig:
             self._check_models()
         if self.reset_prefix_cache and self.type not in HTTP_BACKENDS:
             raise ConfigError("reset_prefix_cache", "resets a server's cache: backend.type openai or server")
+        if self.profile_server and self.type not in HTTP_BACKENDS:
+            raise ConfigError(
+                "profile_server",
+                "profiles a server: backend.type openai or server (in process: llmbench profile)",
+            )
         if self.ray_address is not None:
             if not re.fullmatch(r"auto|local|ray://\S+|[^\s/:]+:\d+", self.ray_address):
                 got = clip(repr(self.ray_address), 60)
@@ -350,6 +358,14 @@ class ServeConfig:
     # a request body past this many bytes is a 413 before it is read; null: 32 bytes a token of the
     # model's max_model_len and 1 MiB more (engine/serving/large_requests.py)
     max_body_bytes: int | None = bounded(None, ge=1024, le=1 << 40)
+    # where POST /stop_profile writes each profile window's torch trace; null: runs/serve-profiles
+    profile_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.profile_dir is not None:
+            self.profile_dir = os.path.expanduser(self.profile_dir)
+            if not self.profile_dir.strip() or not self.profile_dir.isprintable():
+                raise ConfigError("profile_dir", f"expected a path, got {clip(repr(self.profile_dir), 60)}")
 
 
 @dataclass

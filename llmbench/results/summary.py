@@ -101,6 +101,16 @@ class ServerMetrics(msgspec.Struct, kw_only=True):
     sources: dict[str, str] | UnsetType = UNSET
 
 
+class ServerProfile(msgspec.Struct, kw_only=True):
+    """backend.profile_server: the server's profiler over the timed trials (backends/server_profile.py)."""
+
+    url: str  # the server's root, where /start_profile and /stop_profile were posted
+    started: bool
+    stopped: bool
+    trace: str | None  # the trace's path on the server, where it says (llmbench serve)
+    message: str  # what the server answered last, or why it was not profiled
+
+
 class Sample(msgspec.Struct):
     """A completion of the run, prompt and text shortened (run/samples.py)."""
 
@@ -127,6 +137,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     models: dict[str, Metrics] | UnsetType = UNSET  # by served model, under backend.models
     samples: list[Sample] | UnsetType = UNSET
     served_model: str | UnsetType = UNSET  # the model an HTTP server said it serves
+    server_profile: ServerProfile | UnsetType = UNSET  # with backend.profile_server
     warnings: list[str] | UnsetType = UNSET  # what the figures must be read with (a warm prefix cache)
     stop_reason: str | UnsetType = UNSET  # stopped or interrupted before the end
 
