@@ -77,6 +77,11 @@ def metrics_table(summary: RunSummary) -> Table:
     table.add_column("metric")
     table.add_column("value", justify="right")
     rows = _metric_rows(summary.metrics) if summary.metrics is not None else []
+    for model, m in (summary.models or {}).items():  # a mix of served models (backend.models)
+        figures = (
+            f"{m.completed} done, {_fmt(m.request_throughput)} req/s, TTFT {_fmt(m.latencies.mean_ttft_ms)}"
+        )
+        rows.append((f"model {model}: completed, req/s, mean TTFT (ms)", figures))
     steps = summary.steps
     if steps.num_steps:
         rows.append(("engine steps", str(steps.num_steps)))

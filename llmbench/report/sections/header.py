@@ -218,6 +218,9 @@ def render(page: Page) -> str:
                     ]
                 )
         rows.append(["Started"] + [esc(s.get("started_at", "n/a")) for _, s in columns])
+        if any(s.get("server_profile") for _, s in columns):  # run --profile-server: what the server said
+            said = [(s.get("server_profile") or {}).get("message", "not profiled") for _, s in columns]
+            rows.append(["Server profile"] + [esc(text) for text in said])
         header = ["", *(esc(label) for label, _ in columns)] if len(columns) > 1 else ["", ""]
         parts.append(table(header, rows, tuple(range(len(columns) + 1)), css="header-table"))
     if page.points and not any(_has_gpu(p.steps) for p in page.points):

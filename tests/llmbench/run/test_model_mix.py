@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from llmbench.backends.preflight import PreflightError, preflight
+from llmbench.cli.console import metrics_table
 from llmbench.config.load import parse_config
 from llmbench.config.schema import ConfigError
 from llmbench.mock_server import MockServer, MockSettings
@@ -51,6 +52,8 @@ def test_each_request_goes_to_a_seeded_model_and_each_model_is_measured_apart(mo
         assert metrics["completed"] == round((per_trial[0][model] + per_trial[1][model]) / 2)
         assert metrics["failed"] == 0 and metrics["mean_ttft_ms"] > 0
     assert "served_model" not in summary
+    table = " ".join(str(row) for row in metrics_table(RunSummary.load(tmp_path / "run")).columns[0]._cells)
+    assert "model chat-lora: completed, req/s, mean TTFT (ms)" in table
     page = write_report([tmp_path / "run"], tmp_path / "run").read_text()
     assert "Per model" in page and "chat-lora" in page
     # the same seed sends the same requests to the same models
@@ -106,3 +109,13 @@ def test_a_mix_needs_the_openai_backend_and_no_backend_model():
                 "backend.models=[{name: a}]",
             ],
         )
+
+
+def test_every_turn_of_a_session_goes_to_its_sessions_model(mock, tmp_path):
+    run_benchmark(config(mock, MIX, "workload.session.turns=3", "workload.num_requests=12"), tmp_path)
+    rows = [r for r in load_requests(tmp_path) if not r.warmup]
+    by_session = {}
+    for row in rows:
+        by_session.setdefault(row.session, set()).add(row.model)
+    assert len(rows) == 36 and all(len(models) == 1 for models in by_session.values())
+    assert len(set().union(*by_session.values())) > 1  # yet the sessions spread over the models

@@ -15,6 +15,7 @@ from llmbench.cli import app
 from llmbench.config.load import parse_config
 from llmbench.config.schema import ConfigError
 from llmbench.mock_server import MockServer, MockSettings
+from llmbench.report import write_report
 from llmbench.results.summary import RunSummary
 from llmbench.run.runner import run_benchmark
 
@@ -42,6 +43,8 @@ def test_the_profile_server_flag_profiles_llmbench_serve_over_the_timed_trials(s
     trace = json.loads(open(profile.trace).read())
     assert any(event.get("name") == "aten::embedding" for event in trace["traceEvents"])
     assert summary.config["backend"]["profile_server"] is True and summary.metrics.completed == 4
+    page = write_report([tmp_path / "run"], tmp_path / "run").read_text()
+    assert f'Server profile</td><td class="text">torch profile written to {profile.trace}<' in page
 
 
 def test_a_server_already_profiling_refuses_and_the_run_is_measured(server, tmp_path):
