@@ -76,3 +76,14 @@ def test_profiling_a_server_needs_an_http_backend():
         ConfigError, match=r"^backend\.profile_server: profiles a server: backend\.type openai"
     ):
         parse_config(RUN, ["backend.profile_server=true"])
+
+
+def test_a_run_profiles_the_llmbench_serve_it_starts_in_its_split_core(tmp_path):
+    settings = ["backend.type=server", "engine.process_split=true", "backend.profile_server=true"]
+    config = parse_config(RUN, [*settings, f"serve.profile_dir={tmp_path / 'traces'}"])
+    profile = run_benchmark(config, tmp_path / "run").summary.server_profile
+    (trace,) = (tmp_path / "traces").iterdir()  # the server process wrote where the run's config said
+    assert profile.stopped and profile.trace == str(trace)
+    assert any(
+        event.get("name") == "aten::embedding" for event in json.loads(trace.read_text())["traceEvents"]
+    )
