@@ -20,6 +20,7 @@ from typing import NoReturn
 import zmq
 from llmbench.engine import core_messages as msg
 from llmbench.engine.config import EngineConfig
+from llmbench.engine.profiler import ProfileAnswer
 from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams, StepOutputs
 from llmbench.engine.timing import StepRecord
 
@@ -50,6 +51,7 @@ class EngineCoreClient:
         self._last: StepOutputs | None = None
         self._records: list[StepRecord] | None = None  # set by a drain's reply
         self._check_replies: list[str | None] = []  # a check's reply: failure text or None
+        self._profiled: list[ProfileAnswer] = []  # a profile start's or stop's reply
         self._unfinished: Counter[str] = Counter()  # a duplicate id is live twice until both finish
         self._closed = False
         self.executor: msg.Ready | None = None  # shape, max_model_len, num_blocks, device
@@ -139,6 +141,20 @@ class EngineCoreClient:
         while not self._check_replies:
             self._receive(timeout_ms=None)
         return self._check_replies.pop()
+
+    def start_profile(self, trace: str) -> ProfileAnswer:
+        """Profile the core's steps from its next on (engine/profiler.py): a round trip."""
+        return self._profile(msg.StartProfile(trace))
+
+    def stop_profile(self) -> ProfileAnswer:
+        return self._profile(msg.StopProfile())
+
+    def _profile(self, command: msg.StartProfile | msg.StopProfile) -> ProfileAnswer:
+        self._commands.append(command)
+        self._flush()
+        while not self._profiled:
+            self._receive(timeout_ms=None)
+        return self._profiled.pop()
 
     def kill(self) -> None:
         """Kill the core process: the only call another thread may make while the owner uses the
@@ -238,6 +254,8 @@ class EngineCoreClient:
             self._records = reply.records
         elif isinstance(reply, msg.Checked):
             self._check_replies.append(reply.failure)
+        elif isinstance(reply, msg.Profiled):
+            self._profiled.append(reply.answer)
         elif isinstance(reply, msg.Ready):
             self.executor = reply
         else:

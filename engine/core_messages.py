@@ -3,16 +3,18 @@
 and unlike pickle a message can only ever build these types, never run code.
 
 frontend -> core: the EngineConfig first, then one list of commands per message (Add, Abort, Drain,
-    Check, ResetPrefixCache, Shutdown), so a step's requests and aborts travel together.
+    Check, ResetPrefixCache, StartProfile, StopProfile, Shutdown), so a step's requests and aborts
+    travel together.
 core -> frontend: Ready once, Outputs after every step that produced any (the step's StepOutputs, its
-    plain decodes as two lists), Records answering a Drain, Checked answering a Check, Failed when the
-    core raised."""
+    plain decodes as two lists), Records answering a Drain, Checked answering a Check, Profiled
+    answering a StartProfile or StopProfile, Failed when the core raised."""
 
 from __future__ import annotations
 
 import msgspec
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.models.shape import LlamaShape
+from llmbench.engine.profiler import ProfileAnswer
 from llmbench.engine.request import SamplingParams, StepOutputs
 from llmbench.engine.timing import StepRecord
 
@@ -42,11 +44,21 @@ class ResetPrefixCache(msgspec.Struct, tag=True, array_like=True):
     """Forget every cached prefix before the commands after it."""
 
 
+class StartProfile(msgspec.Struct, tag=True, array_like=True):
+    """Profile the core's steps from the next on; a torch trace goes to `trace` at the stop."""
+
+    trace: str
+
+
+class StopProfile(msgspec.Struct, tag=True, array_like=True):
+    pass
+
+
 class Shutdown(msgspec.Struct, tag=True, array_like=True):
     pass
 
 
-Command = Add | Abort | Drain | Check | ResetPrefixCache | Shutdown
+Command = Add | Abort | Drain | Check | ResetPrefixCache | StartProfile | StopProfile | Shutdown
 
 # core -> frontend
 
@@ -72,13 +84,17 @@ class Checked(msgspec.Struct, tag=True, array_like=True):
     failure: str | None  # what assert_engine_empty found wrong, None when the engine is empty
 
 
+class Profiled(msgspec.Struct, tag=True, array_like=True):
+    answer: ProfileAnswer
+
+
 class Failed(msgspec.Struct, tag=True, array_like=True):
     error_type: str
     message: str
     traceback: str
 
 
-Reply = Ready | Outputs | Records | Checked | Failed
+Reply = Ready | Outputs | Records | Checked | Profiled | Failed
 
 encoder = msgspec.msgpack.Encoder()
 config_decoder = msgspec.msgpack.Decoder(EngineConfig)

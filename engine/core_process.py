@@ -130,6 +130,10 @@ class _CoreLoop:
             self.push.send(msg.encoder.encode(msg.Checked(self._empty_check_failure())))
         elif isinstance(command, msg.ResetPrefixCache):
             self.engine.reset_prefix_cache()
+        elif isinstance(command, msg.StartProfile):
+            self.push.send(msg.encoder.encode(msg.Profiled(self.engine.start_profile(command.trace))))
+        elif isinstance(command, msg.StopProfile):
+            self.push.send(msg.encoder.encode(msg.Profiled(self.engine.stop_profile())))
         else:
             self.running = False  # Shutdown: the only command left
 

@@ -21,6 +21,7 @@ from llmbench.engine.null_executor import NullExecutor
 from llmbench.engine.nvtx_ranges import nvtx_ranges
 from llmbench.engine.output_processor import OutputProcessor
 from llmbench.engine.parallel.launch import start_runner
+from llmbench.engine.profiler import ProfileAnswer, StepProfiler
 from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams, StepOutputs
 from llmbench.engine.scheduler import Scheduler, SchedulerOutput
 from llmbench.engine.sequence import Sequence
@@ -59,6 +60,7 @@ class LLMEngine:
         self.step_log = StepLog(step_timer(self.executor) if config.step_timing else None)
         self._nvtx = nvtx_ranges()  # None unless a profiler is attached
         self._in_flight: InFlightStep | None = None  # launched, not yet (wholly) processed
+        self.profiler = StepProfiler()  # a window opened and closed over HTTP (llmbench serve)
 
     # requests in
 
@@ -111,6 +113,13 @@ class LLMEngine:
 
     def reset_prefix_cache(self) -> None:
         self.block_manager.reset_prefix_cache()
+
+    def start_profile(self, trace: str) -> ProfileAnswer:
+        """Profile the steps from the next on (engine/profiler.py); a torch trace goes to `trace`."""
+        return self.profiler.start(trace)
+
+    def stop_profile(self) -> ProfileAnswer:
+        return self.profiler.stop()
 
     def has_unfinished(self) -> bool:
         return bool(self._requests or self._pending)
@@ -271,6 +280,7 @@ class LLMEngine:
         return results
 
     def shutdown(self) -> None:
+        self.profiler.close()
         if self.step_hook is not None:
             self.step_hook.close()
         self.executor.shutdown()

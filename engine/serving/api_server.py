@@ -3,8 +3,9 @@ stack vLLM's API server runs, with uvloop and httptools as there, so the API-ser
 representative of it: 10-14 us of server CPU per streamed token, split, on the 2-core CPU:
 benchmarks/serving_cpu.py).
 
-POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; GET /v1/models, /health (503 once
-the engine is gone), /metrics (Prometheus text). Every bad request is a 4xx with OpenAI's error body."""
+POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize, /reset_prefix_cache, /start_profile,
+/stop_profile; GET /v1/models, /health (503 once the engine is gone), /metrics (Prometheus text). Every
+bad request is a 4xx with OpenAI's error body."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from llmbench.engine.serving.engine_loop import EngineDeadError, EngineLoop
 from llmbench.engine.serving.generation import ClientGone, Generation, RequestRejected
 from llmbench.engine.serving.large_requests import BodyLimit, default_max_body_bytes, off_the_loop
 from llmbench.engine.serving.metrics import ServerMetrics
+from llmbench.engine.serving.profile_routes import add_profile_routes
 from llmbench.engine.serving.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -46,13 +48,17 @@ from starlette.exceptions import HTTPException
 logger = logging.getLogger(__name__)
 
 CLIENT_CLOSED = 499  # nginx's status for a client that left before its response: nobody reads it
+PROFILE_DIR = "runs/serve-profiles"  # where POST /stop_profile writes its traces unless told
 
 
 class ServerState:
     """What the routes share: the engine loop, the tokenizer, the metrics and the served model name."""
 
-    def __init__(self, config: EngineConfig, max_body_bytes: int | None = None):
-        """max_body_bytes: a larger request body is a 413 (None: room for max_model_len tokens)."""
+    def __init__(
+        self, config: EngineConfig, max_body_bytes: int | None = None, profile_dir: str | None = None
+    ):
+        """max_body_bytes: a larger request body is a 413 (None: room for max_model_len tokens);
+        profile_dir: where a profile window's trace goes (None: PROFILE_DIR)."""
         self.metrics = ServerMetrics(served_model_name(config))
         self.engine = EngineLoop(config, self.metrics.observe_steps)
         try:
@@ -64,6 +70,7 @@ class ServerState:
         self.model = self.metrics.model
         self.max_model_len = self.engine.executor.max_model_len
         self.max_body_bytes = max_body_bytes or default_max_body_bytes(self.max_model_len)
+        self.profile_dir = Path(profile_dir or PROFILE_DIR)
         self.metrics.num_blocks = self.engine.executor.num_blocks
         self.metrics.count_in_flight(lambda: self.engine.num_in_flight)
 
@@ -126,6 +133,8 @@ def build_app(state: ServerState) -> FastAPI:
         except EngineDeadError as e:
             return _error(str(e), 503)
         return Response(status_code=200)
+
+    add_profile_routes(app, state.engine, state.profile_dir)
 
     @app.post("/step_records/drain")
     async def drain_step_records() -> Response:
@@ -262,7 +271,11 @@ def make_server(app: FastAPI, log_level: str = "warning") -> uvicorn.Server:
 
 
 def serve(
-    config: EngineConfig, host: str = "127.0.0.1", port: int = 8000, max_body_bytes: int | None = None
+    config: EngineConfig,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_body_bytes: int | None = None,
+    profile_dir: str | None = None,
 ) -> None:
     """Check the model's settings, bind the address, load the model, then serve until interrupted.
     ValueError: unusable model settings; AddressError: the address cannot be bound."""
@@ -272,7 +285,7 @@ def serve(
         sock = bind_socket(host, port)
     except OSError as e:
         raise AddressError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    state = ServerState(config, max_body_bytes)
+    state = ServerState(config, max_body_bytes, profile_dir)
     # the server's own garbage collection over 512 streams of 256 tokens on the 2-core CPU: 0.8-1.0 s
     # (gen-2 collections of backlogged outputs, 40% of its CPU) -> 0.2 s (benchmarks/serving_cpu.py)
     freeze_heap()

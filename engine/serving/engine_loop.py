@@ -22,6 +22,7 @@ from llmbench.engine.check import assert_engine_empty
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.core_client import EngineCoreClient
 from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.profiler import ProfileAnswer
 from llmbench.engine.request import RequestOutput, SamplingParams
 from llmbench.engine.timing import StepRecord
 
@@ -104,13 +105,20 @@ class EngineLoop:
         """Every step record since the last call (from the engine now, not the last periodic drain)."""
         return await self._ask("drain")
 
-    async def _ask(self, kind: str) -> Any:
+    async def start_profile(self, trace: str) -> ProfileAnswer:
+        """Profile the engine's steps from the next on (engine/profiler.py); a torch trace goes to `trace`."""
+        return await self._ask("start_profile", trace)
+
+    async def stop_profile(self) -> ProfileAnswer:
+        return await self._ask("stop_profile")
+
+    async def _ask(self, kind: str, *args: Any) -> Any:
         """The engine thread's answer; EngineDeadError when the engine is gone before it answers."""
         if self.dead is not None:
             raise EngineDeadError(self.dead)
         future = self.loop.create_future()
         self._asked.add(future)
-        self._send((kind, future))
+        self._send((kind, future, *args))
         try:
             return await future
         finally:
@@ -211,6 +219,10 @@ class EngineLoop:
             elif kind == "drain":
                 records = self.engine.drain_step_records()
                 self.loop.call_soon_threadsafe(self._records_drained, records, command[1])
+            elif kind == "start_profile":
+                self.loop.call_soon_threadsafe(_answer, command[1], self.engine.start_profile(command[2]))
+            elif kind == "stop_profile":
+                self.loop.call_soon_threadsafe(_answer, command[1], self.engine.stop_profile())
             else:
                 self._check(command[1])
 

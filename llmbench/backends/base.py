@@ -76,9 +76,16 @@ class Backend(Protocol):
     def start(self, config: RunConfig) -> None: ...
 
     # due (perf_counter): when the request counts as submitted; an HTTP client's stream reports it back
-    # as the request's submit time (None, a direct caller's: now); an in-process engine ignores it
+    # as the request's submit time (None, a direct caller's: now); an in-process engine ignores it.
+    # model: the served model it goes to (backend.models, which only the openai backend takes; None:
+    # the backend's own)
     def submit(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, due: float | None = None
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        due: float | None = None,
+        model: str | None = None,
     ) -> None: ...
 
     # outputs since the last poll (an in-process engine's: its step's StepOutputs); while_waiting, the

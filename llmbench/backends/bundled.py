@@ -36,7 +36,12 @@ class BundledBackend:
         self.model_info = ModelInfo.from_shape(self.engine.executor.shape, self.engine.executor.max_model_len)
 
     def submit(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, due: float | None = None
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        due: float | None = None,
+        model: str | None = None,
     ) -> None:
         # the engine's own records time the request from here; the runner's record keeps `due`
         self.engine.add_request(request_id, prompt_token_ids, params)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 from urllib.parse import urlsplit
 
+from llmbench.config.schema import RunConfig
+
 logger = logging.getLogger(__name__)
 
 RESET_PATHS = ("/reset_prefix_cache", "/flush_cache")  # vLLM's (and ours), then SGLang's
@@ -17,6 +19,11 @@ def server_root(url: str) -> str:
     """scheme://host:port of a base URL (the reset is beside the API, not under /v1)."""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}"
+
+
+def root_of(config: RunConfig, backend: object) -> str:
+    """The root of the server an HTTP run talks to: the `llmbench serve` started for it, or backend.url's."""
+    return backend.url if config.backend.type == "server" else server_root(config.backend.url)
 
 
 def reset_prefix_cache(root: str, headers: dict[str, str]) -> None:

@@ -77,7 +77,12 @@ class HFBackend:
         self._worker.start()
 
     def submit(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, due: float | None = None
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        due: float | None = None,
+        model: str | None = None,
     ) -> None:
         self._live[request_id] += 1
         problem = self._problem(prompt_token_ids, params)

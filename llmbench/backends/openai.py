@@ -51,9 +51,11 @@ class OpenAIBackend:
         backend = config.backend
         headers = auth_headers(backend.api_key_env)
         self._url = url.rstrip("/")
-        card = self._model_card(backend.model, headers)
+        # a mix's first model stands for the rest in the model facts: they share the base model
+        named = backend.model or (backend.models[0].name if backend.models else None)
+        card = self._model_card(named, headers)
         self._form = RequestForm(
-            backend.model or card["id"],
+            named or card["id"],
             chat=backend.endpoint == "chat",
             ignore_eos=config.workload.ignore_eos,
             include_usage=backend.include_usage,
@@ -62,7 +64,7 @@ class OpenAIBackend:
         shape = model_shape(config.model)
         max_len = card.get("max_model_len") or resolve_max_model_len(config.engine.max_model_len, shape)
         self.model_info = ModelInfo.from_shape(shape, max_len)
-        self.served_model = self._form.model
+        self.served_model = None if backend.models else self._form.model  # a mix: summary.json's models
         self._text = PromptText(config) if backend.prompt_format == "text" else None
         self._save = config.output.save_tokens
         self._encode = msgspec.json.Encoder().encode
@@ -91,16 +93,22 @@ class OpenAIBackend:
         self.keeps_concurrency = True
 
     def submit(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, due: float | None = None
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        due: float | None = None,
+        model: str | None = None,
     ) -> None:
         """`due`: when the stream may start (perf_counter; None: now); a loop that keeps the concurrency
-        starts it then or once a slot opens, and says which in the request's first output."""
+        starts it then or once a slot opens, and says which in the request's first output. `model`: the
+        served model it asks for (backend.models), else the run's."""
         sent = self._text.of_tokens(prompt_token_ids) if self._text else None
         prompt = sent[0] if sent else prompt_token_ids
         # the text sent goes back to the request's row only where its tokens are saved
         self._parsers[request_id] = StreamParser(request_id, self._form.chat, sent if self._save else None)
         # serialized here, on the runner's thread: the stream loop only sends the bytes
-        body = self._encode(self._form.body(prompt, params))
+        body = self._encode(self._form.body(prompt, params, model))
         self._streams.start(request_id, body, time.perf_counter() if due is None else due)
 
     def poll(self, while_waiting: Callable[[], object] | None = None) -> list[RequestOutput]:

@@ -21,10 +21,11 @@ class RequestForm:
     def path(self) -> str:
         return "/chat/completions" if self.chat else "/completions"
 
-    def body(self, prompt: list[int] | str, params: SamplingParams) -> dict:
-        """`prompt`: token ids, or text (the chat endpoint takes only text)."""
+    def body(self, prompt: list[int] | str, params: SamplingParams, model: str | None = None) -> dict:
+        """`prompt`: token ids, or text (the chat endpoint takes only text); `model`: another served
+        model than the form's (one of backend.models)."""
         body = {
-            "model": self.model,
+            "model": model or self.model,
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
             "top_p": params.top_p,

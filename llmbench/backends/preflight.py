@@ -5,7 +5,7 @@ instead of failing every request of it.
 The base URL is taken with or without its `/v1` (`http://host:8000`, as GuideLLM and `vllm bench
 serve --base-url` take it, finds `http://host:8000/v1`). Every refusal stops the run with one line
 naming the setting to change (a ValueError: exit code 2 at the CLI): a 404 (backend.url or
-backend.endpoint), a model the server does not serve (backend.model), vLLM's ignore_eos and
+backend.endpoint), a model the server does not serve (backend.model, backend.models), vLLM's ignore_eos and
 min_tokens refused (workload.ignore_eos), token-id prompts refused (backend.prompt_format),
 stream_options refused (backend.include_usage), a key refused (backend.api_key_env), a prefix-cache reset
 refused (backend.reset_prefix_cache). Nothing is
@@ -55,8 +55,9 @@ def preflight(config: RunConfig) -> str:
     timeout = workload.request_timeout_s or PROBE_TIMEOUT_S
     url = backend.url.rstrip("/")
     with httpx.Client(headers=auth_headers(backend.api_key_env), timeout=timeout) as client:
-        base, served = _find_api(client, url, backend.model)
-        model = backend.model or served[0]
+        mix = [m.name for m in backend.models or ()]
+        base, served = _find_api(client, url, backend.model, mix)
+        model = backend.model or (mix[0] if mix else served[0])
         form = RequestForm(model, backend.endpoint == "chat", workload.ignore_eos, backend.include_usage)
         text = backend.endpoint == "chat" or backend.prompt_format == "text"
         prompt = PROBE_TEXT if text else PROBE_TOKENS
@@ -84,9 +85,9 @@ def preflight(config: RunConfig) -> str:
         raise PreflightError(_diagnose(answer, base + form.path, config, served, takes, form, prompt))
 
 
-def _find_api(client, url: str, model: str | None) -> tuple[str | None, list[str]]:
+def _find_api(client, url: str, model: str | None, mix: list[str]) -> tuple[str | None, list[str]]:
     """The base URL whose GET models lists the served models, and their names; (None, []) when none
-    does but backend.model names one (a server need not list its models)."""
+    does but backend.model or backend.models names them (a server need not list its models)."""
     import httpx
 
     candidates = [url] if url.endswith("/v1") else [url, url + "/v1"]
@@ -102,13 +103,17 @@ def _find_api(client, url: str, model: str | None) -> tuple[str | None, list[str
         except (ValueError, KeyError, TypeError):
             ids = []
         if ids:
-            if model is not None and model not in ids:
+            setting, unserved = "backend.model", [model] if model is not None and model not in ids else []
+            if mix:  # each adapter of a mix is listed beside its base model, as vLLM lists --lora-modules
+                setting, unserved = "backend.models", [name for name in mix if name not in ids]
+            if unserved:
                 raise PreflightError(
-                    f"backend.model: {base} serves no model named {model!r} (it serves {', '.join(ids[:8])})"
+                    f"{setting}: {base} serves no model named {', '.join(map(repr, unserved))} (it serves "
+                    f"{', '.join(ids[:8])})"
                 )
             return base, ids
         failures.append(f"GET {base}/models: HTTP {response.status_code}")
-    if model is None:
+    if model is None and not mix:
         raise PreflightError(
             f"backend.url: no model list at {url} ({'; '.join(failures)}): set backend.url to the server's "
             "base URL (the part before /models), or name backend.model if the server lists no models"

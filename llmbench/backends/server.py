@@ -73,7 +73,12 @@ class ServerBackend:
         self.keeps_concurrency = self._client.keeps_concurrency
 
     def submit(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, due: float | None = None
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        due: float | None = None,
+        model: str | None = None,
     ) -> None:
         self._client.submit(request_id, prompt_token_ids, params, due)
 

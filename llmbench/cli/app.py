@@ -67,6 +67,14 @@ def run(
     check: Annotated[
         bool, typer.Option("--check", help="Fail unless the engine ends empty (no request, no KV block)")
     ] = False,
+    profile_server: Annotated[
+        bool,
+        typer.Option(
+            "--profile-server",
+            help="POST the server's /start_profile and /stop_profile around the timed trials "
+            "(backend.profile_server)",
+        ),
+    ] = False,
     verbose: VerboseOption = False,
 ) -> None:
     """Run a benchmark described by a YAML config and write its results.
@@ -82,7 +90,9 @@ def run(
     if not 1 <= repeat <= MAX_TRIALS:
         raise usage_error(f"--repeat: expected an integer in [1, {MAX_TRIALS}], got {repeat}")
     with exit_codes((ConfigFileError,)):
-        cfg = load_config(config, set_ or [])
+        cfg = load_config(
+            config, [*(set_ or []), *(["backend.profile_server=true"] if profile_server else [])]
+        )
     run_dir = (out or Path(cfg.output.dir or default_run_dir(cfg.name))).expanduser()
     with exit_codes((RunDirError,)):
         check_run_dir(run_dir, force)  # again under the run's lock; here before the model loads
@@ -115,6 +125,8 @@ def run(
         result = run_benchmark(cfg, run_dir, repeat, backend, progress, check, replace=force)
     console.print(metrics_table(result.summary))
     console.print(f"results: {result.run_dir}", highlight=False)
+    if result.summary.server_profile:
+        console.print(f"server profile: {result.summary.server_profile.message}", highlight=False)
     if cfg.output.report and not no_report:
         show_report(result.run_dir)
     if result.interrupted:
@@ -148,7 +160,7 @@ def serve(
         exit_codes((ValueError,), f"{config_label(config)}: ", interruptible=True),
         exit_codes((AddressError,)),
     ):
-        serve_http(cfg.engine, host, port, cfg.serve.max_body_bytes)
+        serve_http(cfg.engine, host, port, cfg.serve.max_body_bytes, cfg.serve.profile_dir)
 
 
 for command in (ablate, sweep, capacity, calibrate, soak, compare, history):

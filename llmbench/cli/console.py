@@ -81,6 +81,11 @@ def metrics_table(summary: RunSummary) -> Table:
     if server is not msgspec.UNSET and server.spec_drafts is not msgspec.UNSET:  # it decoded speculatively
         spec = (server.spec_acceptance_rate, server.spec_mean_accepted_length, server.spec_drafts)
         rows.append(("spec decode acceptance / mean accepted length / drafts", " / ".join(map(_fmt, spec))))
+    for model, m in (summary.models or {}).items():  # a mix of served models (backend.models)
+        figures = (
+            f"{m.completed} done, {_fmt(m.request_throughput)} req/s, TTFT {_fmt(m.latencies.mean_ttft_ms)}"
+        )
+        rows.append((f"model {model}: completed, req/s, mean TTFT (ms)", figures))
     steps = summary.steps
     if steps.num_steps:
         rows.append(("engine steps", str(steps.num_steps)))

@@ -236,6 +236,18 @@ class OutputConfig:
 
 
 @dataclass
+class ServedModel:
+    """One model of backend.models: a served name (a base model or a LoRA adapter) and its share."""
+
+    name: str = ""
+    weight: float = bounded(1.0, gt=0, le=1e6)  # relative: weights 3 and 1 send 75% and 25%
+
+    def __post_init__(self) -> None:
+        if not self.name.strip():
+            raise ConfigError("name", "expected the name a server serves (GET /v1/models), got ''")
+
+
+@dataclass
 class BackendConfig:
     type: Literal["bundled", "hf", "openai", "server"] = "bundled"
     batch_size: int | None = bounded(None, ge=1, le=1 << 16)  # hf static batch; default: engine.max_num_seqs
@@ -243,6 +255,9 @@ class BackendConfig:
     url: str | None = None  # openai: the base URL, with or without its /v1
     endpoint: Literal["completions", "chat"] = "completions"
     model: str | None = None  # the served model's name; default: the first of GET <url>/models
+    # openai: a mix of served models or LoRA adapters; each request picks one by weight, seeded
+    # (run/model_mix.py), and summary.json gets metrics per model
+    models: list[ServedModel] | None = None
     api_key_env: str | None = None  # the environment variable holding the API key (sent as a Bearer token)
     prompt_format: Literal["token_ids", "text"] = "token_ids"  # text: exact-length text via the tokenizer
     startup_timeout_s: float = bounded(600.0, gt=0, le=MAX_SECONDS)  # server: how long GET /health may take
@@ -261,6 +276,9 @@ class BackendConfig:
     client_lag_bound_ms: float = bounded(10.0, ge=0, le=MAX_SECONDS * 1000)
     # POST the server's /reset_prefix_cache before every timed trial: no trial finds a warm cache
     reset_prefix_cache: bool = False
+    # POST the server's /start_profile before the timed trials and /stop_profile after them (run
+    # --profile-server): vLLM, SGLang and llmbench serve write a torch profiler trace
+    profile_server: bool = False
 
     def __post_init__(self) -> None:
         if self.type == "openai" and not self.url:
@@ -271,8 +289,15 @@ class BackendConfig:
             raise ConfigError("prompt_format", "the chat endpoint takes text: set prompt_format: text")
         if self.workers not in (1, "auto") and self.type not in HTTP_BACKENDS:
             raise ConfigError("workers", "stream workers send HTTP: backend.type openai or server")
+        if self.models is not None:
+            self._check_models()
         if self.reset_prefix_cache and self.type not in HTTP_BACKENDS:
             raise ConfigError("reset_prefix_cache", "resets a server's cache: backend.type openai or server")
+        if self.profile_server and self.type not in HTTP_BACKENDS:
+            raise ConfigError(
+                "profile_server",
+                "profiles a server: backend.type openai or server (in process: llmbench profile)",
+            )
         if self.ray_address is not None:
             if not re.fullmatch(r"auto|local|ray://\S+|[^\s/:]+:\d+", self.ray_address):
                 got = clip(repr(self.ray_address), 60)
@@ -280,6 +305,18 @@ class BackendConfig:
                 raise ConfigError("ray_address", f"{expected}, got {got}")
             if self.type not in HTTP_BACKENDS:
                 raise ConfigError("ray_address", "Ray workers stream HTTP: backend.type openai or server")
+
+    def _check_models(self) -> None:
+        if self.type != "openai":
+            raise ConfigError("models", "a mix of served models needs backend.type openai")
+        if not self.models:
+            raise ConfigError("models", "expected a non-empty list of {name, weight}")
+        if self.model is not None:
+            raise ConfigError("models", "set backend.model or backend.models, not both")
+        names = [m.name for m in self.models]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError("models", f"each name once: {', '.join(map(repr, twice))} given twice")
 
 
 @dataclass
@@ -321,6 +358,14 @@ class ServeConfig:
     # a request body past this many bytes is a 413 before it is read; null: 32 bytes a token of the
     # model's max_model_len and 1 MiB more (engine/serving/large_requests.py)
     max_body_bytes: int | None = bounded(None, ge=1024, le=1 << 40)
+    # where POST /stop_profile writes each profile window's torch trace; null: runs/serve-profiles
+    profile_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.profile_dir is not None:
+            self.profile_dir = os.path.expanduser(self.profile_dir)
+            if not self.profile_dir.strip() or not self.profile_dir.isprintable():
+                raise ConfigError("profile_dir", f"expected a path, got {clip(repr(self.profile_dir), 60)}")
 
 
 @dataclass

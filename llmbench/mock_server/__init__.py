@@ -2,7 +2,7 @@
 benchmark client.
 
 It streams `/v1/completions` and `/v1/chat/completions` as SSE (with `stream_options.include_usage`'s
-usage chunk), takes token-id and text prompts, and lists its one model at `/v1/models`. A request's
+usage chunk), takes token-id and text prompts, and lists its models at `/v1/models`. A request's
 first chunk is due `ttft_ms` after it arrived, then one chunk of `tokens_per_chunk` tokens every
 `tokens_per_chunk x itl_ms`, `output_tokens` in all (fewer if the request's max_tokens says so). Every
 write's time is recorded on CLOCK_MONOTONIC, the clock every process of the host shares (Python's
@@ -15,7 +15,7 @@ A reasoning phase (`reasoning_tokens`) streams a chat answer's first tokens as `
 Refusals, to try a client's preflight: `text_only` (token-id prompts get HTTP 400, as from TGI or
 GuideLLM's mock), `no_stream_options` (a body with stream_options gets 400), `prefix` (the API lives
 under that path only, so a client with the wrong base URL gets 404), and any model name but `model`
-(404, as vLLM answers).
+(404, as vLLM answers); `lora_modules` adds names served beside `model`, as vLLM serves LoRA adapters.
 
     with MockServer(MockSettings(ttft_ms=50, itl_ms=10)) as mock:
         ...  # drive a client at mock.url (http://127.0.0.1:PORT/v1)

@@ -31,6 +31,7 @@ class MockApp:
         self._loop = loop
         prefix = settings.prefix.rstrip("/")
         self._models = prefix + "/models"
+        self._served = set(settings.served)
         self._completions = {prefix + "/completions": False, prefix + "/chat/completions": True}
 
     def handle(self, conn: Connection, method: str, path: str, body: bytes, received: float) -> None:
@@ -40,9 +41,12 @@ class MockApp:
                 return conn.respond(405, {"detail": "Method Not Allowed"})
             return self._complete(conn, path, body, received)
         if method == "GET" and path == self._models:
-            card = {"id": self.settings.model, "object": "model", "created": CREATED, "owned_by": "llmbench"}
-            card["max_model_len"] = self.settings.max_model_len
-            return conn.respond(200, {"object": "list", "data": [card]})
+            cards = [
+                {"id": name, "object": "model", "created": CREATED, "owned_by": "llmbench", "root": name}
+                | {"max_model_len": self.settings.max_model_len}
+                for name in self.settings.served
+            ]
+            return conn.respond(200, {"object": "list", "data": cards})
         if method == "GET" and path == "/health":
             return conn.respond(200, {})
         if method == "GET" and path == "/metrics" and self.spec is not None:
@@ -90,8 +94,9 @@ class MockApp:
         """(status, message) of a request the mock refuses, else (0, ''); notes its prompt's form."""
         if not isinstance(body, dict):
             return 400, "invalid JSON body: expected an object"
-        if body.get("model") != self.settings.model:
+        if body.get("model") not in self._served:
             return 404, f"The model `{body.get('model')}` does not exist."
+        record.model = body["model"]
         if chat:
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
@@ -122,7 +127,7 @@ class MockApp:
         usage = {"prompt_tokens": record.prompt_tokens, "completion_tokens": record.tokens}
         usage["total_tokens"] = record.prompt_tokens + record.tokens
         kind = "chat.completion" if chat else "text_completion"
-        body = {"id": f"cmpl-{record.id}", "object": kind, "created": CREATED, "model": self.settings.model}
+        body = {"id": f"cmpl-{record.id}", "object": kind, "created": CREATED, "model": record.model}
         conn.respond(200, body | {"choices": [choice], "usage": usage})
         record.sends.append(time.monotonic())
         record.events.append(1)

@@ -15,6 +15,8 @@ class MockSettings:
     output_tokens: int = 128  # a request's max_tokens, when smaller, wins
     tokens_per_chunk: int = 1
     model: str = "mock"
+    # names served beside `model`, comma-separated, as vLLM serves --lora-modules: listed, and taken
+    lora_modules: str = ""
     prefix: str = "/v1"  # the API answers under this path only (another path: 404, as a wrong base URL)
     text_only: bool = False  # token-id prompts refused with HTTP 400, as TGI and GuideLLM's mock do
     no_stream_options: bool = False  # a body with stream_options refused with HTTP 400, as older servers do
@@ -44,6 +46,11 @@ class MockSettings:
             raise ValueError("spec_draft_tokens: a chunk's accepted tokens (tokens_per_chunk - 1) exceed it")
         if not self.prefix.startswith("/") or self.prefix.endswith("/") and self.prefix != "/":
             raise ValueError(f"prefix: expected a path such as /v1, got {self.prefix!r}")
+
+    @property
+    def served(self) -> list[str]:
+        """Every model name a request may ask for: `model`, then the adapters."""
+        return [self.model, *(name.strip() for name in self.lora_modules.split(",") if name.strip())]
 
     def to_args(self) -> list[str]:
         """The flags that rebuild these settings in the mock's process (from_args)."""

@@ -30,6 +30,7 @@ class StreamRecord:
     status: int
     received: float
     prompt: str = ""  # "ids" or "text"
+    model: str = ""  # the served model asked for
     prompt_tokens: int = 0  # token ids given, or words of text
     tokens: int = 0  # output tokens streamed
     sends: list[float] = field(default_factory=list)  # one entry a write
@@ -107,7 +108,7 @@ class Stream:
             "id": f"{'chatcmpl' if chat else 'cmpl'}-{record.id}",
             "object": "chat.completion.chunk" if chat else "text_completion",
             "created": CREATED,
-            "model": settings.model,
+            "model": record.model,
         }
         self.tail = DONE
         if usage:

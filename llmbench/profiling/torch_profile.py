@@ -24,12 +24,12 @@ class TorchCapture:
     def __init__(self, out_dir: Path):
         # torch here, not at the top: `llmbench profile` itself only reads what the capture wrote
         import torch
-        from torch.profiler import ProfilerActivity, profile
+
+        from llmbench.engine.profiler import torch_profiler
 
         self.out_dir = out_dir
         self.cuda = torch.cuda.is_available()
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
-        self._profile = profile(activities=activities)
+        self._profile = torch_profiler()
 
     def start(self) -> None:
         self._profile.start()

@@ -12,6 +12,7 @@ import logging
 import os
 from pathlib import Path
 
+from llmbench.engine.profiler import cuda_profiler
 from llmbench.profiling.steps import ENV_VAR, TOOLS, ProfileError, StepRange, parse_steps
 
 logger = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class ProfileWindow:
     def _start(self) -> None:
         logger.info("%s profiling steps %s", self.tool, self.steps)
         if self.tool == "nsys":
-            _cuda_profiler(start=True)
+            cuda_profiler(start=True)
         else:
             from llmbench.profiling.torch_profile import TorchCapture
 
@@ -60,24 +61,11 @@ class ProfileWindow:
 
     def _stop(self) -> None:
         if self.tool == "nsys":
-            _cuda_profiler(start=False)
+            cuda_profiler(start=False)
         else:
             self._torch.stop()
         self.active = False
         logger.info("%s profiling stopped", self.tool)
-
-
-def _cuda_profiler(start: bool) -> None:
-    """cudaProfilerStart/Stop: what `nsys profile --capture-range=cudaProfilerApi` waits for."""
-    import torch
-
-    if not torch.cuda.is_available():
-        logger.warning("no CUDA device: nsys will capture nothing")
-        return
-    if start:
-        torch.cuda.profiler.start()
-    else:
-        torch.cuda.profiler.stop()
 
 
 def window_from_env() -> ProfileWindow | None:

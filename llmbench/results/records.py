@@ -64,6 +64,7 @@ class RequestRecord:
     # reasoning phase
     reasoning_tokens: int | None = None
     answer_start: int | None = None
+    model: str | None = None  # under backend.models: the served model the request went to
 
     @property
     def succeeded(self) -> bool:
@@ -110,6 +111,7 @@ _ONLY_WHEN_SET = (
     "cached_prompt_tokens",
     "reasoning_tokens",
     "answer_start",
+    "model",
 )
 
 

@@ -110,6 +110,16 @@ class ServerMetrics(msgspec.Struct, kw_only=True):
     sources: dict[str, str] | UnsetType = UNSET
 
 
+class ServerProfile(msgspec.Struct, kw_only=True):
+    """backend.profile_server: the server's profiler over the timed trials (backends/server_profile.py)."""
+
+    url: str  # the server's root, where /start_profile and /stop_profile were posted
+    started: bool
+    stopped: bool
+    trace: str | None  # the trace's path on the server, where it says (llmbench serve)
+    message: str  # what the server answered last, or why it was not profiled
+
+
 class Sample(msgspec.Struct):
     """A completion of the run, prompt and text shortened (run/samples.py)."""
 
@@ -133,8 +143,10 @@ class RunSummary(msgspec.Struct, kw_only=True):
     server_metrics: ServerMetrics | UnsetType = UNSET
     client: Client | UnsetType = UNSET
     turns: dict[str, TurnMetrics] | UnsetType = UNSET  # by turn index, "1" first
+    models: dict[str, Metrics] | UnsetType = UNSET  # by served model, under backend.models
     samples: list[Sample] | UnsetType = UNSET
     served_model: str | UnsetType = UNSET  # the model an HTTP server said it serves
+    server_profile: ServerProfile | UnsetType = UNSET  # with backend.profile_server
     warnings: list[str] | UnsetType = UNSET  # what the figures must be read with (a warm prefix cache)
     stop_reason: str | UnsetType = UNSET  # stopped or interrupted before the end
 
@@ -160,6 +172,8 @@ class RunSummary(msgspec.Struct, kw_only=True):
             data["trials"] = [flatten(trial) for trial in data["trials"]]
         if "turns" in data:
             data["turns"] = {turn: flatten(metrics) for turn, metrics in data["turns"].items()}
+        if "models" in data:
+            data["models"] = {model: flatten(metrics) for model, metrics in data["models"].items()}
         return data
 
     def save(self, path: str | Path) -> None:
@@ -173,6 +187,8 @@ def _unflattened(data: dict[str, Any]) -> dict[str, Any]:
         data["trials"] = [unflatten(trial) for trial in data["trials"]]
     if "turns" in data:
         data["turns"] = {turn: unflatten(metrics) for turn, metrics in data["turns"].items()}
+    if "models" in data:
+        data["models"] = {model: unflatten(metrics) for model, metrics in data["models"].items()}
     return data
 
 

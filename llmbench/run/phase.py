@@ -17,6 +17,7 @@ from llmbench.engine.request import RequestOutput
 from llmbench.profiling.window import ProfileWindow
 from llmbench.results.records import CANCELLED, RequestRecord
 from llmbench.run.cancel import Cancels
+from llmbench.run.model_mix import ModelMix
 from llmbench.run.prefix_cache import PrefixIndex
 from llmbench.run.progress import Progress
 from llmbench.run.recorder import DeferredOutputs, new_record, sampling_params
@@ -50,6 +51,7 @@ class RunState:
     # the current phase's prompts so far, where a server may report cached tokens (HTTP backends): ~80 us
     # a 1,024-token prompt, which an in-process run would pay for nothing
     prefixes: PrefixIndex | None = None
+    models: ModelMix | None = None  # the current phase's pick of backend.models, where set
 
 
 def run_phase(
@@ -74,6 +76,8 @@ def run_phase(
     deferred = DeferredOutputs(live, state.run_start, state.backend.stamps_outputs, save_tokens or sessions)
     state.not_started = 0
     state.prefixes = PrefixIndex() if state.config.backend.type in HTTP_BACKENDS else None
+    models = state.config.backend.models
+    state.models = ModelMix(models, state.config.workload.seed, trial) if models else None
     sampled_phase = trial == 0 and not warmup
     if state.progress:
         state.progress.phase(label, len(requests))
@@ -165,7 +169,9 @@ def _submit(
     params = sampling_params(request, config.workload)
     if state.prefixes is not None:
         state.prefixes.add(request.request_id, request.prompt_token_ids)
-    state.backend.submit(backend_id, request.prompt_token_ids, params, due)
+    if state.models is not None:
+        record.model = state.models.pick(request.request_id, request.session)
+    state.backend.submit(backend_id, request.prompt_token_ids, params, due, record.model)
     return record
 
 

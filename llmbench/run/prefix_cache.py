@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llmbench.backends.cache_reset import server_root
+from llmbench.backends.cache_reset import root_of
 from llmbench.config.schema import RunConfig
 from llmbench.results.records import RequestRecord
 
@@ -84,4 +84,4 @@ def reset_url(config: RunConfig, backend: object) -> str | None:
     """The root of the server whose prefix cache backend.reset_prefix_cache empties (None: not set)."""
     if not config.backend.reset_prefix_cache:
         return None
-    return backend.url if config.backend.type == "server" else server_root(config.backend.url)
+    return root_of(config, backend)

@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from llmbench.backends.base import Backend
-from llmbench.backends.cache_reset import reset_prefix_cache
+from llmbench.backends.cache_reset import reset_prefix_cache, root_of
 from llmbench.backends.factory import make_backend
 from llmbench.backends.openai_request import auth_headers
+from llmbench.backends.server_profile import ServerProfiler
 from llmbench.config.schema import RunConfig
 from llmbench.device.ceilings import run_ceilings, run_clock_sampler
 from llmbench.device.environment import collect_environment
 from llmbench.engine.gc_heap import freeze_heap
 from llmbench.metrics.client import client_summary
+from llmbench.metrics.models import per_model_metrics
 from llmbench.metrics.requests import compute_metrics
 from llmbench.metrics.roofline import bound_summary
 from llmbench.metrics.steps import summarize_steps
@@ -72,6 +74,7 @@ def run_benchmark(
             first if k == 0 else build_workload(config, backend.model_info, k) for k in range(repeat)
         )
         reset = reset_url(config, backend)  # the preflight made sure the server takes it
+        profiler = ServerProfiler(root_of(config, backend)) if config.backend.profile_server else None
         clocks = run_clock_sampler(config)  # the GPU's SM clock over the ceilings' GEMM, then the trials
         ceilings = run_ceilings(config, clocks)  # before the first request: the device is idle
         freeze_heap()  # as the engine core and the server do: the engines compared pay the same GC
@@ -90,7 +93,7 @@ def run_benchmark(
         complete = False
         stopped = interrupted = None  # what stopped the run early, said in stop_reason
         try:
-            _run_trials(state, first, workloads, repeat, trial_metrics, warnings, reset)
+            _run_trials(state, first, workloads, repeat, trial_metrics, warnings, reset, profiler)
             complete = True
             stopped = nothing_completed(trial_metrics)
             if stopped:
@@ -104,6 +107,8 @@ def run_benchmark(
         finally:
             if state.window is not None:
                 state.window.close()
+            if profiler is not None:  # the server's window ends with the trials, a stop's included
+                profiler.stop(auth_headers(config.backend.api_key_env))
             summary = build_summary(
                 name=config.name,
                 complete=complete,
@@ -124,11 +129,18 @@ def run_benchmark(
             )
             if config.workload.session.turns > 1:
                 summary["turns"] = per_turn_metrics(state.records, config.output.percentiles, config.slo)
+            if config.backend.models:
+                names = [m.name for m in config.backend.models]
+                summary["models"] = per_model_metrics(
+                    state.records, names, config.output.percentiles, config.slo
+                )
             samples = state.samples.texts(config)
             if samples:
                 summary["samples"] = samples
             if backend.served_model is not None:
                 summary["served_model"] = backend.served_model
+            if profiler is not None:
+                summary["server_profile"] = profiler.summary()
             if warnings:
                 summary["warnings"] = warnings
             if stopped:
@@ -154,13 +166,16 @@ def _run_trials(
     trial_metrics: list[dict[str, Any]],
     warnings: list[str],
     reset: str | None,
+    profiler: ServerProfiler | None,
 ) -> None:
     """Appends each trial's metrics as it ends, partial trials included, and what each trial's figures
     should be read with to `warnings`; `reset`: the server whose prefix cache each trial starts by
-    emptying."""
+    emptying; `profiler`: the server's, started once the warm-up is done (run_benchmark stops it)."""
     if first.warmup:
         run_phase(state, first.warmup, trial=0, warmup=True, label="warm-up")
         state.backend.drain_step_records()  # warm-up steps are not part of the measurement
+    if profiler is not None:
+        profiler.start(auth_headers(state.config.backend.api_key_env))
     for k, workload in enumerate(workloads):
         start = len(state.records)
         if reset is not None:

@@ -136,6 +136,8 @@ def _served_elsewhere(name: str, summary: dict[str, Any]) -> str | None:
     if backend.get("type") != "openai":
         return None
     url = backend.get("url") or "?"
+    if name == "Model" and backend.get("models"):
+        return f"a mix of {', '.join(m['name'] for m in backend['models'])} at {url}"
     if name == "Model":
         served = summary.get("served_model") or backend.get("model")  # runs before served_model: the config's
         return f"{served} at {url}" if served else f"the first model {url} lists"
@@ -216,6 +218,9 @@ def render(page: Page) -> str:
                     ]
                 )
         rows.append(["Started"] + [esc(s.get("started_at", "n/a")) for _, s in columns])
+        if any(s.get("server_profile") for _, s in columns):  # run --profile-server: what the server said
+            said = [(s.get("server_profile") or {}).get("message", "not profiled") for _, s in columns]
+            rows.append(["Server profile"] + [esc(text) for text in said])
         header = ["", *(esc(label) for label, _ in columns)] if len(columns) > 1 else ["", ""]
         parts.append(table(header, rows, tuple(range(len(columns) + 1)), css="header-table"))
     if page.points and not any(_has_gpu(p.steps) for p in page.points):

@@ -19,8 +19,10 @@ from tests.engine.helpers import TINY_CPU
 
 
 class RunningServer:
-    def __init__(self, config: EngineConfig, max_body_bytes: int | None = None):
-        self.state = ServerState(config, max_body_bytes)
+    def __init__(
+        self, config: EngineConfig, max_body_bytes: int | None = None, profile_dir: str | None = None
+    ):
+        self.state = ServerState(config, max_body_bytes, profile_dir)
         sock = bind_socket("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         self.server = make_server(build_app(self.state))
@@ -50,8 +52,10 @@ class RunningServer:
         self.thread.join(30)
 
 
-def start_server(max_body_bytes: int | None = None, **engine) -> RunningServer:
-    return RunningServer(EngineConfig(model=TINY_CPU, **engine), max_body_bytes)
+def start_server(
+    max_body_bytes: int | None = None, profile_dir: str | None = None, **engine
+) -> RunningServer:
+    return RunningServer(EngineConfig(model=TINY_CPU, **engine), max_body_bytes, profile_dir)
 
 
 def stream_until_error(url: str, opened: threading.Event, errors: list) -> None:

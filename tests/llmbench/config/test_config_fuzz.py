@@ -72,6 +72,8 @@ def typed(hint: Any) -> st.SearchStrategy:
         return st.sampled_from(args) | st.text(max_size=6)
     if origin is list:
         return st.lists(typed(args[0]), max_size=4)
+    if dataclasses.is_dataclass(hint):  # a list's item (backend.models): a mapping of its own fields
+        return st.fixed_dictionaries({name: typed(h) for name, h in typing.get_type_hints(hint).items()})
     return {bool: st.booleans(), int: st.integers(-3, 300), float: FLOATS, str: st.text(max_size=8)}[hint]
 
 

@@ -10,7 +10,6 @@ from llmbench.config.load import parse_config
 from llmbench.config.schema import ConfigError
 from llmbench.results.records import load_requests
 from llmbench.run.runner import run_benchmark
-from tests.engine.serving.servers import start_server
 from tests.llmbench.null_run import NULL_RUN
 
 RUN = {
@@ -19,13 +18,6 @@ RUN = {
     "workload": {"num_requests": 12, "input": {"mean": 8}, "output": {"mean": 40}, "max_concurrency": 4},
     "output": {"report": False},
 }
-
-
-@pytest.fixture(scope="module")
-def server():
-    running = start_server()
-    yield running
-    running.stop()
 
 
 def test_cancelled_streams_are_counted_apart_and_the_server_serves_on(server, tmp_path):

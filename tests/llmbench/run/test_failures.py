@@ -49,11 +49,11 @@ class SlowBackend(BundledBackend):
 class GhostBackend(BundledBackend):
     """Adds one long request behind the runner's back: the engine is not empty when the run ends."""
 
-    def submit(self, request_id, prompt_token_ids, params, due=None):
+    def submit(self, request_id, prompt_token_ids, params, due=None, model=None):
         if not hasattr(self, "ghost"):
             self.ghost = True
             self.engine.add_request("ghost", [5, 6, 7], SamplingParams(max_tokens=1000, ignore_eos=True))
-        super().submit(request_id, prompt_token_ids, params, due)
+        super().submit(request_id, prompt_token_ids, params, due, model)
 
 
 def started(backend, overrides: list[str]):

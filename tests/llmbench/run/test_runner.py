@@ -29,10 +29,10 @@ class HookedBackend(BundledBackend):
         self.after, self.exc = after, exc
         self.finished = self.in_flight = self.max_in_flight = 0
 
-    def submit(self, request_id, prompt_token_ids, params, due=None):
+    def submit(self, request_id, prompt_token_ids, params, due=None, model=None):
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        super().submit(request_id, prompt_token_ids, params, due)
+        super().submit(request_id, prompt_token_ids, params, due, model)
 
     def poll(self, while_waiting=None):
         if self.after is not None and self.finished >= self.after:

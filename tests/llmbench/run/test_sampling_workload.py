@@ -17,9 +17,9 @@ class Recording(BundledBackend):
     def __init__(self):
         self.params = []
 
-    def submit(self, request_id, prompt_token_ids, params, due=None):
+    def submit(self, request_id, prompt_token_ids, params, due=None, model=None):
         self.params.append(params)
-        super().submit(request_id, prompt_token_ids, params, due)
+        super().submit(request_id, prompt_token_ids, params, due, model)
 
 
 def test_sampling_settings_reach_every_request(tmp_path):

@@ -4,13 +4,10 @@ the request rows and the trial's metrics."""
 
 from __future__ import annotations
 
-import pytest
-
 from llmbench.config.load import parse_config
 from llmbench.report import write_report
 from llmbench.results.records import load_requests
 from llmbench.run.runner import run_benchmark
-from tests.engine.serving.servers import start_server
 
 RUN = {
     "name": "served",
@@ -18,13 +15,6 @@ RUN = {
     "workload": {"num_requests": 4, "input": {"mean": 40}, "output": {"mean": 2}, "max_concurrency": 1},
     "output": {"report": False},
 }
-
-
-@pytest.fixture(scope="module")
-def server():
-    running = start_server()
-    yield running
-    running.stop()
 
 
 def run(server, out, *overrides):
