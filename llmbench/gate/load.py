@@ -59,7 +59,7 @@ def _rebuilt(run_dir: Path) -> RunSummary:
     from llmbench.report.load import ReportError, load_run
 
     try:
-        return RunSummary.from_dict(load_run(run_dir).summary, run_dir)
+        return load_run(run_dir).summary
     except (ReportError, ResultFileError) as e:
         raise CompareError(f"{run_dir}: no such run directory or summary.json ({e})") from None
 

@@ -117,3 +117,13 @@ def flatten(data: dict[str, Any]) -> dict[str, Any]:
             flat.update((k, v) for k, v in value.items() if k.split("_")[1] == name)
             flat.update((k, v) for k, v in percentiles.items() if k.split("_")[1] == name)
     return flat
+
+
+def file_metrics(data: dict[str, Any] | None) -> dict[str, Any]:
+    """A Metrics' builtins as a file has them: flat, and `{}` where no trial finished (None)."""
+    return flatten(data) if data is not None else {}
+
+
+def type_metrics(data: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The inverse of file_metrics: None for `{}` or a missing object."""
+    return unflatten(data) if data else None

@@ -17,7 +17,8 @@ _PERCENTILE = re.compile(r"^p([0-9.]+)_(ttft|tpot|itl|e2el)_ms$")
 
 def percentiles(points: list[Point]) -> list[str]:
     """Every percentile any point's metrics hold, in order, as the key infix (`50`, `99.9`)."""
-    found = {m.group(1) for p in points for k in p.metrics if (m := _PERCENTILE.match(k))}
+    keys = [k for p in points if p.metrics for k in p.metrics.latencies.percentiles]
+    found = {m.group(1) for k in keys if (m := _PERCENTILE.match(k))}
     return sorted(found, key=float)
 
 
@@ -26,11 +27,15 @@ def _columns(points: list[Point]) -> list[tuple[str, str]]:
     return [("mean", "mean"), *((f"p{q}", f"p{q}") for q in percentiles(points)), ("max", "max")]
 
 
+def _ms(point: Point, key: str) -> float | None:
+    return point.metrics.value(key) if point.metrics else None
+
+
 def _single(point: Point) -> str:
     columns = _columns([point])
     rows = [
         [f'<span title="{esc(definition)}">{esc(label)} (ms)</span>']
-        + [number(point.metrics.get(f"{prefix}_{name}_ms")) for prefix, _ in columns]
+        + [number(_ms(point, f"{prefix}_{name}_ms")) for prefix, _ in columns]
         for name, (label, definition) in LATENCY.items()
     ]
     return table(["", *(esc(h) for _, h in columns)], rows)
@@ -41,8 +46,7 @@ def _per_metric(points: list[Point]) -> str:
     parts = []
     for name, (label, definition) in LATENCY.items():
         rows = [
-            [esc(p.label)] + [number(p.metrics.get(f"{prefix}_{name}_ms")) for prefix, _ in columns]
-            for p in points
+            [esc(p.label)] + [number(_ms(p, f"{prefix}_{name}_ms")) for prefix, _ in columns] for p in points
         ]
         parts.append(
             f'<h4 title="{esc(definition)}">{esc(label)} (ms)</h4>'
@@ -73,7 +77,7 @@ def _cdfs(points: list[Point]) -> str:
 def render(page: Page) -> str:
     parts = []
     for group in page.groups:
-        points = [p for p in group.points if any(k.endswith("_ms") for k in p.metrics)]
+        points = [p for p in group.points if p.metrics is not None]
         if not points:
             continue
         if len(page.groups) > 1:
