@@ -81,6 +81,10 @@ class StudyFile(msgspec.Struct, kw_only=True):
     VERSION: ClassVar[int] = 1
     MIGRATIONS: ClassVar[dict[int, Callable[[dict], dict]]] = {}
 
+    def __post_init__(self) -> None:
+        # what is built or loaded (migrated first) is this version, whatever a subclass's VERSION
+        self.schema_version = self.VERSION
+
     @classmethod
     def load(cls, path: str | Path) -> Self:
         """A study directory's file, or the file itself; an older file is migrated first."""
@@ -91,9 +95,8 @@ class StudyFile(msgspec.Struct, kw_only=True):
     @classmethod
     def from_dict(cls, data: dict[str, Any], path: Path | str | None = None) -> Self:
         path = Path(path or cls.FILE)
-        data = migrate(data, path, cls.WHAT, cls.VERSION, cls.MIGRATIONS, unversioned=0)
         try:
-            shaped = cls.type_shape(data)
+            shaped = cls.type_shape(migrate(data, path, cls.WHAT, cls.VERSION, cls.MIGRATIONS, unversioned=0))
         except (AttributeError, KeyError, TypeError):  # a list or object where the other was due
             raise ResultFileError(f"{path}: not an llmbench {cls.WHAT} (unexpected shape)") from None
         return convert(shaped, cls, path, cls.WHAT)
