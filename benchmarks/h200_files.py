@@ -1,11 +1,16 @@
 """Reading the H200 result files for benchmarks/h200_summary.py: each JSON file once (a missing one noted,
-not fatal), the target row with its met flag, and the lookups every target makes."""
+not fatal; a run summary or an ablation through its declared type), the target row with its met flag,
+and the lookups every target makes."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
+
+from llmbench.results.ablation import Ablation, Variant
+from llmbench.results.json_file import ResultFileError
+from llmbench.results.summary import RunSummary
 
 
 class Files:
@@ -20,9 +25,25 @@ class Files:
         try:
             return json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
-            if name not in self.missing:
-                self.missing.append(name)
+            self._missed(name)
             return None
+
+    def ablation(self, name: str) -> Ablation | None:
+        try:
+            return Ablation.load(self.directory / name)
+        except ResultFileError:
+            return self._missed(name)
+
+    def run(self, name: str) -> RunSummary | None:
+        """A run's summary.json, kept under another name."""
+        try:
+            return RunSummary.load(self.directory / name)
+        except ResultFileError:
+            return self._missed(name)
+
+    def _missed(self, name: str) -> None:
+        if name not in self.missing:
+            self.missing.append(name)
 
 
 def target(
@@ -43,13 +64,13 @@ def target(
     }
 
 
-def throughput(summary: dict[str, Any] | None) -> float | None:
-    return ((summary or {}).get("metrics") or {}).get("output_throughput")
+def throughput(measured: RunSummary | Variant | None) -> float | None:
+    metrics = measured.metrics if measured else None
+    return metrics.output_throughput if metrics else None
 
 
-def variant(ablation: dict[str, Any] | None, name: str) -> dict[str, Any]:
-    variants = (ablation or {}).get("variants") or []
-    return next((v for v in variants if v.get("name") == name), {})
+def variant(ablation: Ablation | None, name: str) -> Variant | None:
+    return next((v for v in ablation.variants if v.name == name), None) if ablation else None
 
 
 def ratio(a: float | None, b: float | None) -> float | None:

@@ -21,7 +21,9 @@ from typing import Any
 
 from h200_files import Files, ratio, target, throughput, variant
 
-from llmbench.metrics.steps import step_value
+from llmbench.results.ablation import Variant
+from llmbench.results.json_file import known
+from llmbench.results.steps import Steps
 
 THROUGHPUT_TARGET = 3.8  # bundled output throughput over HF eager generate's, same GPU, same run
 DECODE_TARGET = 225.0  # bs1 tokens per second (or the roofline-derived target the file states, if higher)
@@ -54,8 +56,8 @@ def decode_targets(files: Files) -> list[dict[str, Any]]:
 
 def throughput_targets(files: Files) -> list[dict[str, Any]]:
     bundled, hf = (
-        throughput(files.get("throughput_bundled.json")),
-        throughput(files.get("throughput_hf.json")),
+        throughput(files.run("throughput_bundled.json")),
+        throughput(files.run("throughput_hf.json")),
     )
     row = target(
         "throughput workload: bundled / HF generate output tok/s",
@@ -70,14 +72,13 @@ def throughput_targets(files: Files) -> list[dict[str, Any]]:
 def ablation_targets(files: Files) -> list[dict[str, Any]]:
     rows = []
     for name in ("ablation.json", "ablation_slower_host.json"):
-        ablation = files.get(name)
+        ablation = files.ablation(name)
         off, on = variant(ablation, "all off"), variant(ablation, "all on")
         off_tps, on_tps = throughput(off), throughput(on)
         label = "decode-heavy load: all on / all off" + (" (slower host)" if "slower" in name else "")
         row = target(label, ratio(on_tps, off_tps), ABLATION_TARGET, [name], "x")
         rows.append({**row, "all_off_output_tok_s": off_tps, "all_on_output_tok_s": on_tps})
-    steps = variant(files.get("ablation.json"), "all on").get("steps") or {}
-    busy = step_value(steps, "gpu_busy_step_spans")
+    busy = _busy(variant(files.ablation("ablation.json"), "all on"))
     rows.append(target("GPU busy (step spans), all on", busy, GPU_BUSY_TARGET, ["ablation.json"]))
     return rows
 
@@ -117,8 +118,7 @@ def cpu_overhead_targets(files: Files) -> list[dict[str, Any]]:
     rows = (files.get("cpu_overhead.json") or {}).get("rows") or []
     single = next((r for r in rows if r.get("num_scheduler_steps") == 1), {})
     name = "256 decoding sequences, single step, graphs on"
-    all_off = variant(files.get("ablation-cpu-overhead.json"), "all off").get("steps") or {}
-    busy = step_value(all_off, "gpu_busy_step_spans")
+    busy = _busy(variant(files.ablation("ablation-cpu-overhead.json"), "all off"))
     return [
         target(
             f"{name}: prepare ms",
@@ -175,8 +175,18 @@ def overlap_targets(files: Files) -> list[dict[str, Any]]:
     return found
 
 
+def _busy(measured: Variant | None) -> float | None:
+    return known(measured.steps.gpu_busy_step_spans) if measured else None
+
+
+def _bound_steps(files: Files) -> Steps:
+    """The throughput workload's step summary: its bound's figures (none where the file is missing)."""
+    run = files.run("throughput_bound.json")
+    return run.steps if run else Steps(num_steps=0)
+
+
 def efficiency_targets(files: Files) -> list[dict[str, Any]]:
-    steps = (files.get("throughput_bound.json") or {}).get("steps") or {}
+    steps = _bound_steps(files)
     kernels = (files.get("kernels.json") or {}).get("kernels") or []
     ours = [  # the paged kernel, or the split that sends a prompt's own K/V to SDPA
         k["achieved"]
@@ -186,7 +196,7 @@ def efficiency_targets(files: Files) -> list[dict[str, Any]]:
     return [
         target(
             "throughput workload / its roofline bound",
-            steps.get("throughput_of_bound"),
+            known(steps.throughput_of_bound),
             BOUND_TARGET,
             ["throughput_bound.json"],
             "x",
@@ -204,9 +214,11 @@ def efficiency_targets(files: Files) -> list[dict[str, Any]]:
 def sharegpt_targets(files: Files) -> list[dict[str, Any]]:
     """configs/llama3-8b-sharegpt.yaml as committed, 1,000 requests at inf, the median of 3 trials."""
     name = "sharegpt/final.json"
-    metrics = (files.get(name) or {}).get("metrics") or {}
+    run = files.run(name)
+    metrics = run.metrics if run else None
     label = "ShareGPT-like, 1000 requests at inf"
-    req_s, tpot = metrics.get("request_throughput"), metrics.get("median_tpot_ms")
+    req_s = metrics.request_throughput if metrics else None
+    tpot = metrics.latencies.median_tpot_ms if metrics else None
     return [
         target(f"{label}: req/s", req_s, SHAREGPT_REQ_S_TARGET, [name], "req/s"),
         target(f"{label}: median TPOT ms", tpot, SHAREGPT_TPOT_TARGET, [name], "ms", at_most=True),
@@ -241,14 +253,14 @@ def reported(files: Files) -> list[dict[str, Any]]:
         ("ablation-cpu-overhead-server.json", "cpu-overhead preset through the server: all on / all off"),
         ("ablation-prefill-attention.json", "throughput workload: prefill_attention sdpa / paged"),
     ):
-        ablation = files.get(name)
+        ablation = files.ablation(name)
         on, off = throughput(variant(ablation, "all on")), throughput(variant(ablation, "all off"))
         rows.append({"name": label, "value": ratio(on, off), "files": [name]})
-    steps = (files.get("throughput_bound.json") or {}).get("steps") or {}
+    steps = _bound_steps(files)
     rows.append(
         {
             "name": "throughput workload / its serial bound (matmuls, then attention)",
-            "value": steps.get("throughput_of_serial_bound"),
+            "value": known(steps.throughput_of_serial_bound),
             "files": ["throughput_bound.json"],
         }
     )
@@ -256,9 +268,9 @@ def reported(files: Files) -> list[dict[str, Any]]:
         rows.append(
             {
                 "name": f"throughput workload, {label}: bound / their GPU time",
-                "value": steps.get(f"{kind}_steps_of_bound"),
-                "gpu_s": steps.get(f"{kind}_steps_gpu_s"),
-                "of_serial_bound": steps.get(f"{kind}_steps_of_serial_bound"),
+                "value": steps.value(f"{kind}_steps_of_bound"),
+                "gpu_s": steps.value(f"{kind}_steps_gpu_s"),
+                "of_serial_bound": steps.value(f"{kind}_steps_of_serial_bound"),
                 "files": ["throughput_bound.json"],
             }
         )

@@ -38,6 +38,9 @@ from pathlib import Path
 import httpx
 from llmbench.engine.models.packaged import packaged_model_path
 
+from llmbench.results.metrics import Metrics
+from llmbench.results.summary import RunSummary
+
 PEER = "llama-cpp-python[server]==0.3.36"
 CMAKE_ARGS = (
     "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON "
@@ -108,7 +111,7 @@ def wait_ready(process: subprocess.Popen, url: str) -> float:
     raise RuntimeError(f"{url}: not ready within {READY_TIMEOUT_S} s")
 
 
-def client(url: str, out: Path, args: argparse.Namespace, concurrency: int) -> dict:
+def client(url: str, out: Path, args: argparse.Namespace, concurrency: int) -> Metrics:
     """`llmbench run` against the server at `url`; its summary.json metrics."""
     settings = {
         "backend.type": "openai",
@@ -123,7 +126,10 @@ def client(url: str, out: Path, args: argparse.Namespace, concurrency: int) -> d
     for key, value in settings.items():
         command += ["--set", f"{key}={value}"]
     subprocess.run(command, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    return json.loads((out / "summary.json").read_text())["metrics"]
+    metrics = RunSummary.load(out).metrics
+    if metrics is None:
+        raise SystemExit(f"{out}: no request completed")
+    return metrics
 
 
 def one_run(
@@ -141,11 +147,11 @@ def one_run(
             process.wait(30)
         except subprocess.TimeoutExpired:
             process.kill()
-    throughput = metrics["output_throughput"]
+    throughput = metrics.output_throughput
     print(
         f"{name}, {concurrency} streams, run {index}: {throughput:.1f} output tok/s, ready in {ready_s:.1f} s"
     )
-    return {"ready_s": ready_s, **{k: metrics.get(k) for k in METRICS}}
+    return {"ready_s": ready_s, **{k: metrics.value(k) for k in METRICS}}
 
 
 def spread(runs: list[dict]) -> dict:

@@ -192,13 +192,16 @@ def env(
 
 @app.command()
 def schema(
-    name: Annotated[str, typer.Argument(help="Result file: summary")] = "summary",
+    name: Annotated[
+        str, typer.Argument(help="Result file: summary, ablation, sweep, capacity or calibrate")
+    ] = "summary",
 ) -> None:
-    """Print the JSON Schema of a result file (summary: a run's summary.json).
+    """Print the JSON Schema of a result file (summary: a run's summary.json; ablation, sweep, capacity,
+    calibrate: a study's file).
 
     Example:
 
-        llmbench schema summary
+        llmbench schema ablation
     """
     from llmbench.results.schema import TYPES, json_schema
 

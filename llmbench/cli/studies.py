@@ -143,7 +143,8 @@ def capacity(
 
         llmbench capacity configs/llama3-8b-sharegpt.yaml --set backend.type=server --target 0.95
     """
-    from llmbench.studies.capacity import CapacityError, CapacityOptions, run_capacity
+    from llmbench.results.capacity import CapacityOptions
+    from llmbench.studies.capacity import CapacityError, run_capacity
     from llmbench.studies.capacity_view import capacity_table
 
     setup_logging(verbose)
@@ -182,14 +183,15 @@ def calibrate(
 
         llmbench calibrate configs/ci.yaml --set backend.workers=2 --max-streams 64
     """
-    from llmbench.studies.calibrate import CalibrateError, CalibrateOptions, calibrate_table, run_calibrate
+    from llmbench.results.calibrate import CalibrateOptions
+    from llmbench.studies.calibrate import CalibrateError, calibrate_table, run_calibrate
 
     setup_logging(verbose)
     options = CalibrateOptions(ttft_ms, itl_ms, max_streams)
     user_errors = (ConfigFileError, ConfigError, WorkloadError, RunDirError, CalibrateError)
     with _study_running(user_errors, "calibration failed") as progress:
         result = run_calibrate(config, set_ or [], options, out, progress)
-    if "fidelity" in result.data:  # an interrupt during the first run leaves no figure to show
+    if result.data.fidelity:  # an interrupt during the first run leaves no figure to show
         print_wide(calibrate_table(result.data))
     console.print(f"results: {result.out_dir / 'calibrate.json'}", highlight=False)
     if result.interrupted:

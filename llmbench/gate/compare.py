@@ -18,6 +18,7 @@ from llmbench.gate.load import (
     DEFAULT_THRESHOLD,
     CompareError,
     MetricCheck,
+    Side,
     load_summary,
     metric_direction,
     parse_metric_spec,
@@ -66,26 +67,8 @@ class Verdict:
     incomplete: tuple[bool, bool] = (False, False)  # (baseline, current) cut short before they finished
 
 
-def _lookup(root: dict, path: str) -> float | None:
-    value = root
-    for key in path.split("."):
-        if not isinstance(value, dict) or key not in value:
-            return None
-        value = value[key]
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _summary_value(summary: dict, name: str) -> float | None:
-    return _lookup(summary, name if "." in name else f"metrics.{name}")
-
-
-def _trial_values(summary: dict, name: str) -> list[float]:
-    values = [_lookup(trial, name) for trial in summary.get("trials") or []]
-    return [v for v in values if v is not None] if len(values) >= 2 and None not in values else []
-
-
 def compare_summaries(
-    baseline: dict, current: dict, checks: list[MetricCheck] | None = None
+    baseline: Side, current: Side, checks: list[MetricCheck] | None = None
 ) -> list[Verdict]:
     """Verdicts for the given checks, or for the default metrics present in both summaries; plus an
     ALL_FAILED row for a side that completed no request, whatever the checks."""
@@ -93,24 +76,26 @@ def compare_summaries(
         checks = [
             MetricCheck(name, metric_direction(name), DEFAULT_THRESHOLD)
             for name in DEFAULT_METRICS
-            if _summary_value(baseline, name) is not None and _summary_value(current, name) is not None
+            if baseline.value(name) is not None and current.value(name) is not None
         ]
     for check in checks:
         for label, summary in (("baseline", baseline), ("current", current)):
-            if _summary_value(summary, check.name) is None:
+            if summary.value(check.name) is None:
                 raise CompareError(f"metric {check.name!r}: not found in the {label} summary")
-    warn_of_clock_mismatch(baseline, current)
-    incomplete = (not baseline.get("complete", True), not current.get("complete", True))
+    warn_of_clock_mismatch(baseline.summary, current.summary)
+    incomplete = (not baseline.summary.complete, not current.summary.complete)
     verdicts = [_judge(check, baseline, current, incomplete) for check in checks]
-    return flag_served_nothing(verdicts, baseline, current, incomplete)
+    completed = (baseline.value("completed"), current.value("completed"))
+    return flag_served_nothing(verdicts, completed, incomplete)
 
 
 def flag_served_nothing(
-    verdicts: list[Verdict], baseline: dict, current: dict, incomplete: tuple[bool, bool]
+    verdicts: list[Verdict], completed: tuple[float | None, float | None], incomplete: tuple[bool, bool]
 ) -> list[Verdict]:
     """A run whose requests all failed measured no serving at all: its step times and zero latencies
-    must not pass as "ok", so its `completed` row says so and fails."""
-    counts = [_summary_value(summary, "completed") for summary in (baseline, current)]
+    must not pass as "ok", so its `completed` row says so and fails. `completed`: each side's count
+    of completed requests (None where unknown)."""
+    counts = completed
     if None in counts or min(counts) > 0:
         return verdicts
     verdicts = [v for v in verdicts if v.metric != "completed"]
@@ -131,10 +116,10 @@ def flag_served_nothing(
     return [row, *verdicts]
 
 
-def _judge(check: MetricCheck, baseline: dict, current: dict, incomplete: tuple[bool, bool]) -> Verdict:
-    base_trials, cur_trials = _trial_values(baseline, check.name), _trial_values(current, check.name)
+def _judge(check: MetricCheck, baseline: Side, current: Side, incomplete: tuple[bool, bool]) -> Verdict:
+    base_trials, cur_trials = baseline.trial_values(check.name), current.trial_values(check.name)
     if not (base_trials and cur_trials):
-        base_value, cur_value = _summary_value(baseline, check.name), _summary_value(current, check.name)
+        base_value, cur_value = baseline.value(check.name), current.value(check.name)
         counts = (len(base_trials), len(cur_trials))
         return decide(check, base_value, cur_value, None, None, counts, incomplete)
     # one-sided: the current side worse means lower for a throughput, higher for a latency

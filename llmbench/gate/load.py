@@ -8,14 +8,18 @@ from __future__ import annotations
 import logging
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from llmbench.device.clocks import clock_mismatch
 from llmbench.metrics.steps import summarize_steps
 from llmbench.results.files import load_steps
-from llmbench.results.json_file import ResultFileError
+from llmbench.results.json_file import ResultFileError, known
+from llmbench.results.metrics import Metrics
+from llmbench.results.steps import Steps
 from llmbench.results.summary import RunSummary
 
 log = logging.getLogger(__name__)
@@ -29,10 +33,49 @@ class CompareError(ValueError):
     """Bad input to compare (missing file, unknown metric, bad threshold): exit code 2."""
 
 
-def load_summary(path: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: its summary and, with repeated trials and steps.csv beside it, each
+    trial's own step summary, so steps.* metrics are judged against trial noise too."""
+
+    summary: RunSummary
+    trial_steps: list[Steps] = field(default_factory=list)
+
+    def value(self, name: str) -> float | None:
+        """A figure by its `--metric` name: a key of `metrics`, or a dotted path from the top."""
+        return figure(self.summary, name if "." in name else f"metrics.{name}")
+
+    def trial_values(self, name: str) -> list[float]:
+        """The figure in each trial; none unless at least two trials all have it."""
+        trials = known(self.summary.trials) or []
+        if name.startswith("steps."):
+            steps = self.trial_steps if len(self.trial_steps) == len(trials) else []
+            values = [figure(s, name.removeprefix("steps.")) for s in steps]
+        else:
+            values = [figure(t, name.removeprefix("metrics.")) for t in trials]
+        return [v for v in values if v is not None] if len(values) >= 2 and None not in values else []
+
+
+def figure(root: msgspec.Struct, path: str) -> float | None:
+    """The number at a dotted path of a result type (`metrics.p99_ttft_ms`,
+    `steps.gpu_clock.limited_fraction`), None where there is none."""
+    value: Any = root
+    for key in path.split("."):
+        if isinstance(value, Metrics | Steps):
+            value = value.value(key)
+        elif isinstance(value, msgspec.Struct) and key in value.__struct_fields__:
+            value = known(getattr(value, key))
+        elif isinstance(value, dict):
+            value = value.get(key)
+        else:
+            return None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def load_summary(path: Path) -> Side:
     """A run directory or its summary.json, read as a RunSummary (an older file migrated, a file that
-    is none refused) and handed on as its file's object: `--metric` names a figure by its key there,
-    and each trial gets its own `steps`. `complete` is False for a run cut short."""
+    is none refused), with each trial's steps where the directory has them. `complete` is False for a
+    run cut short."""
     path = Path(path)
     if path.is_dir() and not (path / "summary.json").is_file():
         summary = _rebuilt(path)  # warns that the run is incomplete
@@ -40,10 +83,7 @@ def load_summary(path: Path) -> dict[str, Any]:
         summary = _read(path / "summary.json" if path.is_dir() else path, path)
         if not summary.complete:
             log.warning("%s: incomplete run, judged on what it measured", path)
-    data = summary.to_dict()
-    if path.is_dir():
-        _attach_trial_steps(data, path)
-    return data
+    return Side(summary, _trial_steps(summary, path) if path.is_dir() else [])
 
 
 def _read(file: Path, path: Path) -> RunSummary:
@@ -59,7 +99,7 @@ def _rebuilt(run_dir: Path) -> RunSummary:
     from llmbench.report.load import ReportError, load_run
 
     try:
-        return RunSummary.from_dict(load_run(run_dir).summary, run_dir)
+        return load_run(run_dir).summary
     except (ReportError, ResultFileError) as e:
         raise CompareError(f"{run_dir}: no such run directory or summary.json ({e})") from None
 
@@ -104,24 +144,22 @@ def _parse_threshold(spec: str, text: str) -> float:
     return value
 
 
-def _attach_trial_steps(summary: dict, run_dir: Path) -> None:
-    """Give each trial its own step summary from steps.csv, so steps.* metrics are judged against
-    trial noise too rather than as one point each."""
-    trials = summary.get("trials") or []
-    if len(trials) < 2 or any("steps" in trial for trial in trials) or not (run_dir / "steps.csv").is_file():
-        return
+def _trial_steps(summary: RunSummary, run_dir: Path) -> list[Steps]:
+    """Each trial's own step summary from steps.csv; none for a single trial or rows of other trials."""
+    trials = known(summary.trials) or []
+    if len(trials) < 2 or not (run_dir / "steps.csv").is_file():
+        return []
     rows_by_trial: dict[int, list[dict]] = {}
     for row in load_steps(run_dir):
         rows_by_trial.setdefault(row["trial"], []).append(row)
     if sorted(rows_by_trial) != list(range(len(trials))):
-        return
-    for k, trial in enumerate(trials):
-        trial["steps"] = summarize_steps(rows_by_trial[k])
+        return []
+    return [msgspec.convert(summarize_steps(rows_by_trial[k]), Steps) for k in range(len(trials))]
 
 
-def warn_of_clock_mismatch(baseline: dict, current: dict) -> None:
+def warn_of_clock_mismatch(baseline: RunSummary, current: RunSummary) -> None:
     """A warning when the two runs' GPUs ran at different clocks (summary steps.gpu_clock)."""
-    clocks = [(summary.get("steps") or {}).get("gpu_clock") for summary in (baseline, current)]
+    clocks = [msgspec.to_builtins(known(summary.steps.gpu_clock)) for summary in (baseline, current)]
     note = clock_mismatch(*clocks)
     if note:
         log.warning(note)

@@ -32,8 +32,8 @@ def judge_counts(counts: dict[str, StepInstructions], check: MetricCheck) -> lis
     point change against the threshold."""
     base, cur = counts["baseline"], counts["current"]
     verdict = decide(check, base.per_step, cur.per_step, None, None, (1, 1))
-    served = [{"metrics": {"completed": counts[side].completed}} for side in ("baseline", "current")]
-    return flag_served_nothing([verdict], *served, (False, False))
+    served = (counts["baseline"].completed, counts["current"].completed)
+    return flag_served_nothing([verdict], served, (False, False))
 
 
 def count_line(counts: dict[str, StepInstructions]) -> str:

@@ -27,7 +27,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -171,8 +170,8 @@ def judge(runs: dict[str, list[Path]], check: MetricCheck) -> list[Verdict]:
     else:
         ratios = bootstrap_quartile_steps(cur, seed=1) / bootstrap_quartile_steps(base, seed=0)
         verdict = decide(check, quartile_step_mean(base), quartile_step_mean(cur), ratios, None, counts)
-    served = [_fewest_completed(runs[side]) for side in ("baseline", "current")]
-    return flag_served_nothing([verdict], *served, (False, False))
+    served = (_fewest_completed(runs["baseline"]), _fewest_completed(runs["current"]))
+    return flag_served_nothing([verdict], served, (False, False))
 
 
 def measure_and_judge(
@@ -193,7 +192,6 @@ def measure_and_judge(
     return runs, verdicts
 
 
-def _fewest_completed(run_dirs: list[Path]) -> dict[str, Any]:
+def _fewest_completed(run_dirs: list[Path]) -> int:
     metrics = [RunSummary.load(run).metrics for run in run_dirs]
-    completed = [m.completed if m is not None else 0 for m in metrics]
-    return {"metrics": {"completed": min(completed)}}
+    return min(m.completed if m is not None else 0 for m in metrics)

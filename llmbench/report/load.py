@@ -9,7 +9,7 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import yaml
@@ -17,9 +17,12 @@ import yaml
 from llmbench.config.schema import OutputConfig, SloConfig
 from llmbench.metrics.requests import compute_metrics, latency_samples, median_over_trials
 from llmbench.metrics.steps import summarize_steps
-from llmbench.results.json_file import ResultFileError
+from llmbench.results.ablation import Ablation
+from llmbench.results.json_file import ResultFileError, StudyFile
+from llmbench.results.metrics import Metrics
 from llmbench.results.records import RequestRecord
 from llmbench.results.summary import RunSummary
+from llmbench.results.sweep import Sweep
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _RECORD_FIELDS = {f.name for f in dataclasses.fields(RequestRecord)}
+S = TypeVar("S", bound=StudyFile)
 
 
 class ReportError(ValueError):
@@ -36,12 +40,12 @@ class ReportError(ValueError):
 @dataclass
 class RunData:
     path: Path
-    summary: dict[str, Any]  # summary.json's content through RunSummary, or rebuilt from the row files
+    summary: RunSummary  # summary.json's, or rebuilt from the row files
     complete: bool
     requests: list[dict[str, Any]]  # requests.jsonl rows, warm-up left out
     steps: pd.DataFrame | None  # steps.csv, None when absent or empty
-    ablation: dict[str, Any] | None  # ablation.json when `llmbench ablate` wrote one
-    sweep: dict[str, Any] | None  # sweep.json when `llmbench sweep` wrote one
+    ablation: Ablation | None  # ablation.json when `llmbench ablate` wrote one
+    sweep: Sweep | None  # sweep.json when `llmbench sweep` wrote one
     # ttft, tpot, e2el per request and itl per gap, in ms; with reasoning, ttfo and each phase's gaps
     samples: dict[str, np.ndarray]
     token_times: np.ndarray  # every measured output-token arrival, seconds since run start
@@ -49,11 +53,11 @@ class RunData:
 
     @property
     def name(self) -> str:
-        return str(self.summary.get("name") or self.path.name)
+        return self.summary.name or self.path.name
 
     @property
-    def metrics(self) -> dict[str, Any]:
-        return self.summary.get("metrics") or {}
+    def metrics(self) -> Metrics | None:
+        return self.summary.metrics
 
     @property
     def slug(self) -> str:
@@ -73,12 +77,12 @@ def load_run(path: Path) -> RunData:
     if summary is None and requests is None:
         raise ReportError(f"{path}: neither summary.json nor requests.jsonl found")
     steps = _read_steps(path / "steps.csv")
-    complete = bool(summary and summary.get("complete") and summary.get("metrics"))
+    complete = bool(summary and summary.complete and summary.metrics)
     measured = [r for r in requests or [] if not r.get("warmup")]
     records = [_record(r) for r in measured]
     if not complete:
         log.warning("%s: incomplete run, metrics recomputed from its row files", path)
-        summary = _rebuild_summary(path, summary or {}, records, steps)
+        summary = _rebuild_summary(path, summary.to_dict() if summary else {}, records, steps)
     samples = {
         key: np.asarray(values, dtype=float) * 1000 for key, values in latency_samples(records).items()
     }
@@ -89,8 +93,8 @@ def load_run(path: Path) -> RunData:
         complete=complete,
         requests=measured,
         steps=steps,
-        ablation=read_json(path / "ablation.json"),
-        sweep=read_json(path / "sweep.json"),
+        ablation=read_study(path, Ablation),
+        sweep=read_study(path, Sweep),
         samples=samples,
         token_times=token_times,
     )
@@ -119,13 +123,22 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def _read_summary(path: Path) -> dict[str, Any] | None:
-    """summary.json read as a RunSummary (an older file migrated), as its file's object: the report's
-    sections still look its figures up by key."""
+def read_study(path: Path, type_: type[S]) -> S | None:
+    """A study's file in directory `path` (an older file migrated), None where there is none."""
+    if not (path / type_.FILE).is_file():
+        return None
+    try:
+        return type_.load(path)
+    except ResultFileError as e:
+        raise ReportError(str(e)) from None
+
+
+def _read_summary(path: Path) -> RunSummary | None:
+    """summary.json read as a RunSummary (an older file migrated)."""
     if not path.is_file():
         return None
     try:
-        return RunSummary.load(path).to_dict()
+        return RunSummary.load(path)
     except ResultFileError as e:
         raise ReportError(str(e)) from None
 
@@ -170,7 +183,9 @@ def _record(row: dict[str, Any]) -> RequestRecord:
 
 def _rebuild_summary(
     path: Path, summary: dict[str, Any], records: list[RequestRecord], steps: pd.DataFrame | None
-) -> dict[str, Any]:
+) -> RunSummary:
+    """The summary of a run cut short, from its rows: the file's object where there is one, its
+    metrics and steps recomputed."""
     config = summary.get("config") or _read_config(path / "config.yaml")
     output = config.get("output") or {}
     percentiles = output.get("percentiles") or OutputConfig().percentiles
@@ -187,7 +202,10 @@ def _rebuild_summary(
     )
     if len(trials) > 1:
         rebuilt["trials"] = trials
-    return rebuilt
+    try:
+        return RunSummary.from_dict(rebuilt, path / "summary.json")
+    except ResultFileError as e:
+        raise ReportError(str(e)) from None
 
 
 def _read_config(path: Path) -> dict[str, Any]:

@@ -10,11 +10,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmbench.report.load import ReportError, RunData, load_run, load_runs, read_json
+from llmbench.report.load import ReportError, RunData, load_run, load_runs, read_json, read_study
+from llmbench.results.ablation import Ablation, Toggles, Variant
+from llmbench.results.json_file import ResultFileError, known
+from llmbench.results.metrics import Metrics
+from llmbench.results.steps import Steps
+from llmbench.results.summary import RunSummary
+from llmbench.results.sweep import Point as SweepPoint
+from llmbench.results.sweep import Sweep
 
 log = logging.getLogger(__name__)
 
 STUDY_DIR_FILES = {"ablation.json", "sweep.json", "summary.json", "profile.json"}
+STUDIES: dict[str, type[Ablation] | type[Sweep]] = {"ablation": Ablation, "sweep": Sweep}
+# the kinds of result file read as their declared type
+TYPES: dict[str, type[Ablation] | type[Sweep] | type[RunSummary]] = {**STUDIES, "run": RunSummary}
 
 
 @dataclass
@@ -22,11 +32,11 @@ class Point:
     """One bar or row of a comparison: a run, an ablation variant or a sweep rate."""
 
     label: str
-    metrics: dict[str, Any]
-    steps: dict[str, Any]
+    metrics: Metrics | None  # None: no trial finished
+    steps: Steps
     run: RunData | None = None  # its run directory, when it was found
-    trials: list[dict[str, Any]] = field(default_factory=list)  # per-trial metrics, when repeated
-    toggles: dict[str, Any] = field(default_factory=dict)
+    trials: list[Metrics] = field(default_factory=list)  # per-trial metrics, when repeated
+    toggles: Toggles = field(default_factory=dict)
 
 
 @dataclass
@@ -36,7 +46,7 @@ class Group:
     title: str
     kind: str
     points: list[Point]
-    data: dict[str, Any] = field(default_factory=dict)  # ablation.json / sweep.json content
+    data: Ablation | Sweep | None = None  # the study's file
 
 
 @dataclass
@@ -44,8 +54,9 @@ class ResultFile:
     """A JSON file of a results directory that is neither a run summary nor a study."""
 
     name: str
-    kind: str  # "profile", "decode", "kernels", "agreement", "overview" or "other"
+    kind: str  # "run", "profile", "decode", "kernels", "agreement", "overview" or "other"
     data: dict[str, Any]
+    summary: RunSummary | None = None  # a run summary's, read as one
 
 
 @dataclass
@@ -63,37 +74,28 @@ class Page:
 
 
 def run_point(run: RunData) -> Point:
-    return Point(run.label, run.metrics, run.summary.get("steps") or {}, run, run.summary.get("trials") or [])
+    summary = run.summary
+    return Point(run.label, summary.metrics, summary.steps, run, known(summary.trials) or [])
 
 
-def _trials(entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per-trial metrics of a variant or point: a list of metric dicts, or of {"metrics": ...}."""
-    trials = entry.get("trials") or []
-    return [t.get("metrics", t) for t in trials if isinstance(t, dict)]
-
-
-def study_group(path: Path, data: dict[str, Any], kind: str, title: str) -> Group:
-    entries = data.get("variants" if kind == "ablation" else "points") or []
+def study_group(path: Path, data: Ablation | Sweep, title: str) -> Group:
+    kind = "ablation" if isinstance(data, Ablation) else "sweep"
+    entries: list[Variant] | list[SweepPoint] = data.variants if isinstance(data, Ablation) else data.points
     points, seen = [], set()
     for entry in entries:
-        run_dir = path / str(entry.get("run_dir") or "")
+        run_dir = path / entry.run_dir
         # all on repeats the last variant's directory: its rows are drawn once
-        found = entry.get("run_dir") and run_dir.is_dir() and run_dir not in seen
+        found = entry.run_dir and run_dir.is_dir() and run_dir not in seen
         run = load_run(run_dir) if found else None
         seen.add(run_dir)
-        label = str(entry.get("name") if kind == "ablation" else f"{entry.get('label')} req/s")
+        if isinstance(entry, Variant):
+            label, toggles = entry.name, entry.toggles
+            trials = [t.metrics for t in known(entry.trials) or [] if t.metrics is not None]
+        else:
+            label, toggles, trials = f"{entry.label} req/s", {}, []
         if run is not None:
             run.label = label
-        points.append(
-            Point(
-                label,
-                entry.get("metrics") or {},
-                entry.get("steps") or {},
-                run,
-                _trials(entry),
-                entry.get("toggles") or {},
-            )
-        )
+        points.append(Point(label, entry.metrics, entry.steps, run, trials, toggles))
     return Group(title, kind, points, data)
 
 
@@ -145,12 +147,17 @@ def _results_dir(path: Path, page: Page) -> None:
         if not isinstance(data, dict):
             continue
         kind = classify(data)
-        if kind in ("ablation", "sweep"):
-            page.groups.append(study_group(path, data, kind, f"{kind.capitalize()}: {file.name}"))
-        elif kind == "run":
-            steps = data.get("steps") or {}
-            runs.append(Point(file.stem, data.get("metrics") or {}, steps, None, data.get("trials") or []))
-            page.files.append(ResultFile(file.name, kind, data))
+        try:
+            typed = TYPES[kind].from_dict(data, file) if kind in TYPES else None
+        except ResultFileError as e:
+            log.warning("%s; shown as a file", e)
+            kind, typed = "other", None
+        if isinstance(typed, Ablation | Sweep):
+            page.groups.append(study_group(path, typed, f"{kind.capitalize()}: {file.name}"))
+        elif isinstance(typed, RunSummary):
+            trials = known(typed.trials) or []
+            runs.append(Point(file.stem, typed.metrics, typed.steps, None, trials))
+            page.files.append(ResultFile(file.name, kind, data, typed))
         else:
             page.files.append(ResultFile(file.name, kind, data))
     if runs:
@@ -177,10 +184,10 @@ def build_page(paths: list[Path]) -> Page:
         )
         if study is not None and not _collected(path):
             kind, name = study
-            data = read_json(path / name) or {}
+            data = read_study(path, STUDIES[kind])
             run = load_run(path) if _is_run_dir(path) else None
             title = f"{kind.capitalize()} of {run.name if run else path.name}"
-            group = study_group(path, data, kind, title)
+            group = study_group(path, data, title)
             page.groups.append(group)
             if run is not None:
                 run.label = run.name

@@ -15,6 +15,7 @@ from llmbench.metrics.steps import STEP_PHASES, WAIT_PHASE
 from llmbench.report.load import RunData
 from llmbench.report.page import Group
 from llmbench.report.step_parts import GPU, OTHER, host_phases, segments
+from llmbench.results.ablation import Variant
 from llmbench.studies.ablation_table import fixed_text
 
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
@@ -160,11 +161,11 @@ def _has_values(steps: pd.DataFrame, column: str) -> bool:
     return column in steps and bool(steps[column].notna().any())
 
 
-def _waterfall_bottoms(variants: list[dict], values: list[float]) -> list[float]:
+def _waterfall_bottoms(variants: list[Variant], values: list[float]) -> list[float]:
     """A variant that switches on everything its predecessor had plus more stands on the
     predecessor's bar; any other (the baseline, all-on, leave-one-out) stands on zero."""
-    base = variants[0].get("toggles", {})
-    enabled = [{k for k, v in var.get("toggles", {}).items() if v != base.get(k)} for var in variants]
+    base = variants[0].toggles
+    enabled = [{k for k, v in var.toggles.items() if v != base.get(k)} for var in variants]
     bottoms = [0.0]
     for i in range(1, len(variants)):
         bottoms.append(values[i - 1] if enabled[i] > enabled[i - 1] else 0.0)
@@ -173,11 +174,11 @@ def _waterfall_bottoms(variants: list[dict], values: list[float]) -> list[float]
 
 def ablation_waterfall(run: RunData, out_dir: Path) -> Path | None:
     """Output throughput as toggles are switched on one by one, each gain stacked on the last."""
-    if not run.ablation or not run.ablation.get("variants"):
+    if not run.ablation or not run.ablation.variants:
         return None
-    variants = run.ablation["variants"]
-    names = [_plain(str(v["name"])) for v in variants]
-    values = [float(v.get("metrics", {}).get("output_throughput") or 0.0) for v in variants]
+    variants = run.ablation.variants
+    names = [_plain(v.name) for v in variants]
+    values = [float(v.metrics.output_throughput if v.metrics else 0.0) for v in variants]
     bottoms = _waterfall_bottoms(variants, values)
     heights = [v - b for v, b in zip(values, bottoms, strict=True)]
     colors = [
@@ -189,7 +190,7 @@ def ablation_waterfall(run: RunData, out_dir: Path) -> Path | None:
     bars = ax.bar(range(len(names)), heights, bottom=bottoms, color=colors)
     ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize="small")
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
-    preset = f"preset {run.ablation.get('preset', 'all')}{fixed_text(run.ablation)}"
+    preset = f"preset {run.ablation.preset}{fixed_text(run.ablation)}"
     ax.set(
         title=f"{_plain(run.label)}: output throughput by optimization, {preset}", ylabel="output tokens/s"
     )
@@ -199,20 +200,21 @@ def ablation_waterfall(run: RunData, out_dir: Path) -> Path | None:
 
 def sweep_curve(run: RunData, out_dir: Path) -> Path | None:
     """TTFT and TPOT (median and p99) against the output throughput each offered rate reached."""
-    points = [p for p in (run.sweep or {}).get("points", []) if p.get("metrics", {}).get("output_throughput")]
+    measured = [(p.label, p.metrics) for p in (run.sweep.points if run.sweep else []) if p.metrics]
+    points = [(label, metrics) for label, metrics in measured if metrics.output_throughput]
     if not points:
         return None
     fig = Figure(figsize=(11, 4.5), layout="constrained")
-    throughput = [p["metrics"]["output_throughput"] for p in points]
+    throughput = [metrics.output_throughput for _, metrics in points]
     for ax, name in zip(fig.subplots(1, 2), ("ttft", "tpot"), strict=True):
         for stat, style in (("median", "o-"), ("p99", "s--")):
-            values = [p["metrics"].get(f"{stat}_{name}_ms") for p in points]
+            values = [metrics.value(f"{stat}_{name}_ms") for _, metrics in points]
             if any(v is not None for v in values):
                 ax.plot(throughput, [float("nan") if v is None else v for v in values], style, label=stat)
-        for x, p in zip(throughput, points, strict=True):
-            median = p["metrics"].get(f"median_{name}_ms")
+        for x, (label, metrics) in zip(throughput, points, strict=True):
+            median = metrics.value(f"median_{name}_ms")
             if median is not None:  # each point named by its offered rate
-                ax.annotate(f"{p['label']} req/s", (x, median), xytext=(4, 6), textcoords="offset points")
+                ax.annotate(f"{label} req/s", (x, median), xytext=(4, 6), textcoords="offset points")
         ax.set(xlabel="output tokens/s", ylabel=f"{name.upper()} ms", title=f"{name.upper()} by offered rate")
         ax.margins(x=0.12)  # room for the last point's label
         ax.grid(alpha=0.3)
@@ -228,7 +230,7 @@ def headline_bars(runs: list[RunData], out_dir: Path) -> Path | None:
     fig = Figure(figsize=(12, 6.5), layout="constrained")
     colors = [f"C{i % 10}" for i in range(len(runs))]
     for ax, (key, label) in zip(fig.subplots(2, 3).flat, HEADLINE_BARS, strict=True):
-        values = [run.metrics.get(key) or 0.0 for run in runs]
+        values = [(run.metrics.value(key) if run.metrics else None) or 0.0 for run in runs]
         bars = ax.bar(range(len(runs)), values, color=colors)
         ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize="small")
         ax.set_xticks(

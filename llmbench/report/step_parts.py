@@ -3,7 +3,8 @@ the GPU's work and idle time per step. Shared by the breakdown section and its P
 
 from __future__ import annotations
 
-from typing import Any
+from llmbench.results.steps import Steps
+from llmbench.results.summary import RunSummary
 
 HOST = (  # (steps key, label, colour): CPU phases in blues, the wait in grey
     ("mean_schedule_ms", "schedule", "#0072B2"),
@@ -19,28 +20,28 @@ IN_STEP = ("mean_schedule_ms", "mean_prepare_ms", "mean_output_ms", "mean_wait_m
 GPU = (("gpu_work", "GPU work", "#E69F00"), ("gpu_idle", "GPU idle", "#D55E00"))
 
 
-def segments(steps: dict[str, Any]) -> dict[str, float] | None:
+def segments(steps: Steps) -> dict[str, float] | None:
     """ms per step of each part; None without a step log. `other` is step time in no timed phase."""
-    if not steps.get("num_steps") or steps.get("mean_step_ms") is None:
+    if not steps.num_steps or steps.mean_step_ms is None:
         return None
-    parts = {key: float(steps.get(key) or 0.0) for key, _, _ in HOST}
-    parts["other"] = max(0.0, steps["mean_step_ms"] - sum(parts[k] for k in IN_STEP))
-    if steps.get("mean_gpu_ms") is not None:
-        parts["gpu_work"] = float(steps["mean_gpu_ms"])
-        parts["gpu_idle"] = float(steps.get("gpu_idle_ms") or 0.0) / steps["num_steps"]
+    parts = {key: float(steps.value(key) or 0.0) for key, _, _ in HOST}
+    parts["other"] = max(0.0, steps.mean_step_ms - sum(parts[k] for k in IN_STEP))
+    if steps.mean_gpu_ms is not None:
+        parts["gpu_work"] = float(steps.mean_gpu_ms)
+        parts["gpu_idle"] = float(steps.value("gpu_idle_ms") or 0.0) / steps.num_steps
     return parts
 
 
-def forward_in_prepare(summary: dict[str, Any]) -> bool:
+def forward_in_prepare(summary: RunSummary) -> bool:
     """Whether a run's model forwards ran on the CPU, inside its prepare phase (its readback wait is then
     near zero): a model executor on device cpu, or on auto where the machine had no GPU."""
-    model = (summary.get("config") or {}).get("model") or {}
+    model = summary.config.get("model") or {}
     device = model.get("device")
-    on_cpu = device == "cpu" or (device == "auto" and not (summary.get("environment") or {}).get("gpu"))
+    on_cpu = device == "cpu" or (device == "auto" and not summary.environment.gpu)
     return model.get("executor", "model") == "model" and on_cpu
 
 
-def host_phases(summaries: list[dict[str, Any]]) -> tuple[tuple[str, str, str], ...]:
+def host_phases(summaries: list[RunSummary]) -> tuple[tuple[str, str, str], ...]:
     """HOST, its prepare named for the forward it holds where any of these runs ran one on the CPU."""
     if not any(forward_in_prepare(s) for s in summaries):
         return HOST

@@ -147,3 +147,13 @@ def flatten(data: dict[str, Any]) -> dict[str, Any]:
 def _latency(key: str) -> str:
     """The latency a `<stat>_<latency>_ms` or `p<P>_<latency>_ms` key holds."""
     return key.split("_", 1)[1].removesuffix("_ms")
+
+
+def file_metrics(data: dict[str, Any] | None) -> dict[str, Any]:
+    """A Metrics' builtins as a file has them: flat, and `{}` where no trial finished (None)."""
+    return flatten(data) if data is not None else {}
+
+
+def type_metrics(data: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The inverse of file_metrics: None for `{}` or a missing object."""
+    return unflatten(data) if data else None

@@ -8,25 +8,36 @@ from typing import Any
 
 import msgspec
 
+from llmbench.results.ablation import Ablation
+from llmbench.results.calibrate import Calibrate
+from llmbench.results.capacity import Capacity
 from llmbench.results.metrics import PERCENTILE_PATTERN
 from llmbench.results.summary import RunSummary
+from llmbench.results.sweep import Sweep
 
-TYPES = {"summary": RunSummary}
+TYPES = {
+    "summary": RunSummary,
+    "ablation": Ablation,
+    "sweep": Sweep,
+    "capacity": Capacity,
+    "calibrate": Calibrate,
+}
+NO_METRICS = {"type": "object", "maxProperties": 0}  # a run that finished no trial has `{}` for its metrics
 
 
 def json_schema(name: str) -> dict[str, Any]:
     schema = msgspec.json.schema(TYPES[name])
     defs = schema["$defs"]
-    latencies = defs.pop("Latencies")
-    flat = {key: value for key, value in latencies["properties"].items() if key != "percentiles"}
-    for holder in ("Metrics", "TurnMetrics"):
-        if holder in defs:
-            _flatten(defs[holder], flat)
-    if name == "summary":
-        # a run that finished no trial has `{}` for its metrics
-        defs["RunSummary"]["properties"]["metrics"] = {
-            "anyOf": [{"$ref": "#/$defs/Metrics"}, {"type": "object", "maxProperties": 0}]
-        }
+    if "Latencies" in defs:
+        latencies = defs.pop("Latencies")
+        flat = {key: value for key, value in latencies["properties"].items() if key != "percentiles"}
+        for holder in ("Metrics", "TurnMetrics"):
+            if holder in defs:
+                _flatten(defs[holder], flat)
+    for definition in defs.values():
+        metrics = definition.get("properties", {}).get("metrics", {})
+        if {"type": "null"} in metrics.get("anyOf", []):
+            metrics["anyOf"] = [NO_METRICS if part == {"type": "null"} else part for part in metrics["anyOf"]]
     return schema
 
 

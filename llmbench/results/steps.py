@@ -88,3 +88,11 @@ class Steps(msgspec.Struct, kw_only=True):
         """A figure by its key in the file (a user's `--metric steps.KEY`): None when absent."""
         value = getattr(self, key, None) if key in self.__struct_fields__ else None
         return None if value is UNSET else value
+
+
+def renamed_keys(steps: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A `steps` object of a file written before gpu_busy_fraction was named gpu_busy_step_spans, with the
+    current name, in its place."""
+    if steps is None or "gpu_busy_fraction" not in steps:
+        return steps
+    return {("gpu_busy_step_spans" if key == "gpu_busy_fraction" else key): v for key, v in steps.items()}

@@ -22,9 +22,14 @@ from llmbench.config.schema import RunConfig
 from llmbench.device.clocks import merge_readings
 from llmbench.metrics.requests import median_over_trials
 from llmbench.metrics.trial_stats import bootstrap_median_ci, bootstrap_ratio_ci, ratio
+from llmbench.results.ablation import Ablation, Effect, Intervals, Toggles, Trial
+from llmbench.results.ablation import Variant as Measured
+from llmbench.results.json_file import known
+from llmbench.results.metrics import Metrics, file_metrics, type_metrics
+from llmbench.results.steps import Steps
 from llmbench.results.summary import RunSummary
 from llmbench.run.result_files import default_run_dir
-from llmbench.studies.study import StudyResult, run_point, write_json
+from llmbench.studies.study import StudyResult, run_point
 
 if TYPE_CHECKING:
     from llmbench.run.progress import Progress
@@ -55,7 +60,7 @@ DEFAULT_ORDER += ["chunked_prefill", "prefix_caching"]
 @dataclass(frozen=True)
 class Preset:
     order: list[str]
-    fixed: dict[str, Any]  # engine settings of every variant, the all-off one included
+    fixed: Toggles  # engine settings of every variant, the all-off one included
 
 
 PRESETS = {
@@ -69,8 +74,6 @@ PRESETS = {
 GPU_TOGGLES = ("cuda_graphs", "dependent_launch")
 DEFAULT_REPEAT = 3
 MAX_REPEAT = 100
-# the figures given with a 95% interval over a variant's trials
-INTERVAL_METRICS = (("metrics", "output_throughput"), ("steps", "mean_cpu_ms_per_step"))
 
 
 class AblationError(ValueError):
@@ -81,7 +84,7 @@ class AblationError(ValueError):
 class Variant:
     name: str  # as shown: "all off", "+async_output", "-cuda_graphs"
     directory: str  # sub-directory of the ablation directory
-    toggles: dict[str, Any]
+    toggles: Toggles
 
 
 def parse_preset(name: str) -> Preset:
@@ -171,19 +174,18 @@ def run_ablation(
     # a fixed GPU setting has nothing to act on where the GPU toggles are left out
     fixed = {k: v for k, v in preset.fixed.items() if k not in GPU_TOGGLES or available([k], base)}
     out_dir = Path(out_dir or default_run_dir(f"{base.name}-ablation"))
-    ablation: dict[str, Any] = {
-        "command": shlex.join(command),
-        "preset": preset_name,
-        "fixed": fixed,
-        "backend": base.backend.type,
-        "order": order,
-        "repeat": repeat,
-        "complete": False,
-        "variants": [],
-    }
+    ablation = Ablation(
+        command=shlex.join(command),
+        preset=preset_name,
+        fixed=fixed,
+        backend=base.backend.type,
+        order=order,
+        repeat=repeat,
+        complete=False,
+    )
     result = StudyResult(out_dir, ablation)
     variants = plan(order, leave_one_out)
-    trials: dict[str, list[dict[str, Any]]] = {variant.name: [] for variant in variants}
+    trials: dict[str, list[Trial]] = {variant.name: [] for variant in variants}
     for trial in range(1, repeat + 1):
         for variant in variants:
             toggles = {**fixed, **variant.toggles}
@@ -193,96 +195,97 @@ def run_ablation(
             logger.info("trial %d/%d, variant %s: %s", trial, repeat, variant.name, ", ".join(settings))
             run_dir = f"{variant.directory}/trial-{trial}"
             run = run_point(config, config_path, out_dir / run_dir, progress, AblationError)
-            measured = run.summary.to_dict()
-            trials[variant.name].append(
-                {
-                    "trial": trial,
-                    "run_dir": run_dir,
-                    "metrics": measured["metrics"],
-                    "steps": measured["steps"],
-                }
-            )
-            ablation["variants"] = _entries(variants, trials, order)
+            trials[variant.name].append(Trial(trial, run_dir, run.summary.metrics, run.summary.steps))
+            ablation.variants = _entries(variants, trials, order)
             if variant.name == f"+{order[-1]}":
                 # the directory's summary is all on's median trial, so report and compare can take it
-                median_run = _entry(variant, trials[variant.name])["run_dir"]
+                median_run = _entry(variant, trials[variant.name]).run_dir
                 summary = RunSummary.load(out_dir / median_run)
                 msgspec.structs.replace(summary, name=base.name).save(out_dir / "summary.json")
-            write_json(out_dir / "ablation.json", ablation)
+            ablation.save(out_dir / "ablation.json")
             if run.interrupted:
                 result.interrupted = True
                 return result
-    ablation["complete"] = True
-    write_json(out_dir / "ablation.json", ablation)
+    ablation.complete = True
+    ablation.save(out_dir / "ablation.json")
     return result
 
 
-def _entries(
-    variants: list[Variant], trials: dict[str, list[dict]], order: list[str]
-) -> list[dict[str, Any]]:
+def _entries(variants: list[Variant], trials: dict[str, list[Trial]], order: list[str]) -> list[Measured]:
     """ablation.json's variants measured so far, each with its effect against the variant it changes:
     "+x" against the step before it, "-x" against all on; after the last step, "all on" again."""
     all_on = f"+{order[-1]}"
-    entries: dict[str, dict[str, Any]] = {}
+    entries: dict[str, Measured] = {}
     for i, variant in enumerate(variants):
         if not trials[variant.name]:
             continue
         entry = _entry(variant, trials[variant.name])
         against = all_on if variant.name.startswith("-") else variants[i - 1].name if i else None
         if against in entries:
-            entry["vs_previous"] = _effect(entries[against], entry)
+            entry.vs_previous = _effect(entries[against], entry)
         entries[variant.name] = entry
     listed = []
     for name, entry in entries.items():
         listed.append(entry)
         if name == all_on:
             # a whole bar closing the waterfall
-            listed.append(
-                {key: value for key, value in entry.items() if key != "vs_previous"} | {"name": "all on"}
-            )
+            listed.append(msgspec.structs.replace(entry, name="all on", vs_previous=msgspec.UNSET))
     return listed
 
 
-def _entry(variant: Variant, done: list[dict[str, Any]]) -> dict[str, Any]:
+def _entry(variant: Variant, done: list[Trial]) -> Measured:
     """A variant's medians over its trials, their 95% intervals, and every trial's own figures."""
-    throughputs = [t["metrics"].get("output_throughput") or 0.0 for t in done]
+    throughputs = [_throughput(t) for t in done]
     median_trial = done[sorted(range(len(done)), key=throughputs.__getitem__)[(len(done) - 1) // 2]]
-    return {
-        "name": variant.name,
-        "toggles": variant.toggles,
-        "metrics": median_over_trials([t["metrics"] for t in done]),
-        "steps": median_over_trials([t["steps"] for t in done]) | _clock(done),
-        "run_dir": median_trial["run_dir"],  # the trial at the median throughput
-        "intervals": {
-            key: _interval([(t[section] or {}).get(key) for t in done]) for section, key in INTERVAL_METRICS
-        },
-        "trials": done,
-    }
+    steps = median_over_trials([msgspec.to_builtins(t.steps) for t in done]) | _clock(done)
+    return Measured(
+        name=variant.name,
+        toggles=variant.toggles,
+        metrics=_median_metrics(done),
+        steps=msgspec.convert(steps, Steps),
+        run_dir=median_trial.run_dir,  # the trial at the median throughput
+        intervals=Intervals(
+            output_throughput=_interval([t.metrics and t.metrics.output_throughput for t in done]),
+            mean_cpu_ms_per_step=_interval([t.steps.mean_cpu_ms_per_step for t in done]),
+        ),
+        trials=list(done),
+    )
 
 
-def _clock(done: list[dict[str, Any]]) -> dict[str, Any]:
+def _median_metrics(done: list[Trial]) -> Metrics | None:
+    """The per-metric median over the trials, as the file has it (a trial with no metrics: `{}`)."""
+    flat = median_over_trials([file_metrics(msgspec.to_builtins(t.metrics)) for t in done])
+    shaped = type_metrics(flat)
+    return None if shaped is None else msgspec.convert(shaped, Metrics)
+
+
+def _throughput(trial: Trial) -> float:
+    return (trial.metrics.output_throughput if trial.metrics else 0.0) or 0.0
+
+
+def _clock(done: list[Trial]) -> dict[str, Any]:
     """The trials' GPU clocks pooled (a dict each: the median over trials would keep the first)."""
-    merged = merge_readings([(t["steps"] or {}).get("gpu_clock") for t in done])
+    merged = merge_readings([msgspec.to_builtins(known(t.steps.gpu_clock)) for t in done])
     return {"gpu_clock": merged} if merged else {}
 
 
 def _interval(values: list[float | None]) -> list[float] | None:
-    known = [v for v in values if v is not None]
-    return list(bootstrap_median_ci(known)) if len(known) == len(values) else None
+    known_values = [v for v in values if v is not None]
+    return list(bootstrap_median_ci(known_values)) if len(known_values) == len(values) else None
 
 
-def _effect(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+def _effect(before: Measured, after: Measured) -> Effect:
     """Output throughput after / before, with a bootstrap interval over the trials: inside the noise
     when the interval holds 1 (unknown with a single trial a side)."""
-    a = [t["metrics"].get("output_throughput") or 0.0 for t in before["trials"]]
-    b = [t["metrics"].get("output_throughput") or 0.0 for t in after["trials"]]
-    effect: dict[str, Any] = {
-        "against": before["name"],
-        "ratio": ratio(statistics.median(a), statistics.median(b)),
-    }
+    a = [_throughput(t) for t in before.trials]
+    b = [_throughput(t) for t in after.trials]
+    effect = Effect(
+        against=before.name,
+        ratio=ratio(statistics.median(a), statistics.median(b)),
+        ci=None,
+        within_noise=None,
+    )
     if len(a) >= 2 and len(b) >= 2:
         low, high = bootstrap_ratio_ci(a, b)
-        effect.update(ci=[low, high], within_noise=low <= 1 <= high)
-    else:
-        effect.update(ci=None, within_noise=None)
+        effect.ci, effect.within_noise = [low, high], low <= 1 <= high
     return effect

@@ -10,20 +10,20 @@ from __future__ import annotations
 import logging
 import math
 import shlex
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from llmbench.config.load import config_label, load_config
 from llmbench.config.schema import MAX_RATE, MAX_REQUESTS, MIN_RATE, RunConfig
+from llmbench.results.capacity import Capacity, CapacityOptions, CapacityRun, Probe
 from llmbench.results.metrics import Metrics
 from llmbench.results.summary import RunSummary
 from llmbench.run.result_files import default_run_dir
 from llmbench.studies.capacity_search import SearchResult, SearchSpace, find_capacity
 from llmbench.studies.capacity_view import capacity_plot
-from llmbench.studies.study import StudyResult, run_point, write_json
+from llmbench.studies.study import StudyResult, run_point
 from llmbench.studies.sweep import rate_overrides
 
 if TYPE_CHECKING:
@@ -43,43 +43,30 @@ class _Interrupted(Exception):
     """A run was cut short by Ctrl-C: the search stops, keeping what it measured."""
 
 
-@dataclass(frozen=True)
-class CapacityOptions:
-    by: str = "rate"  # or "concurrency"
-    target: float = 0.95  # the goodput share a load must reach
-    start: float | None = None  # default: the config's arrival rate or max_concurrency (else 8)
-    lowest: float | None = None  # default: 0.1 req/s, or 1
-    highest: float | None = None  # default: 1,000 req/s, or 1,024
-    tolerance: float = 0.1  # rates: the answer's interval is at most this wide, relative to its bottom
-    repeats: int = 3  # runs at each of the two loads that bound the answer
-    max_runs: int = 30
-    # rates: every probe offers its rate this long (rate x seconds requests); 0 keeps the config's
-    # workload.num_requests. A fixed count is a burst at high rates: a few hundred requests sent within
-    # a second fit in one large batch and can all meet the SLOs of a server that sustains a fifth of it
-    seconds: float = 30.0
-
-    def space(self, base: RunConfig) -> SearchSpace:
-        integer = self.by == "concurrency"
-        lowest = self.lowest if self.lowest is not None else (1.0 if integer else 0.1)
-        highest = self.highest if self.highest is not None else (1024.0 if integer else 1000.0)
-        start = self.start
-        if start is None:
-            start = (base.workload.max_concurrency or 8) if integer else base.workload.arrival.rate
-        floor, ceiling = (1, MAX_REQUESTS) if integer else (MIN_RATE, MAX_RATE)  # the config's bounds
-        if not all(floor <= v <= ceiling for v in (start, lowest, highest)):  # inf and nan fail too
-            raise CapacityError(
-                f"--start, --lowest and --highest: expected {self.by} >= {floor:g} and <= {ceiling:,.0f}, "
-                f"got {start:g}, {lowest:g} and {highest:g}"
-            )
-        if not 0 <= self.seconds <= MAX_PROBE_SECONDS:  # nan fails too
-            raise CapacityError(f"--seconds: expected 0 to {MAX_PROBE_SECONDS:,}, got {self.seconds:g}")
-        if integer and any(v != int(v) for v in (start, lowest, highest)):
-            raise CapacityError("--start, --lowest and --highest: concurrency takes whole numbers")
-        if not 0 < lowest <= start <= highest:
-            raise CapacityError(
-                f"expected 0 < --lowest ({lowest:g}) <= --start ({start:g}) <= --highest ({highest:g})"
-            )
-        return SearchSpace(float(start), float(lowest), float(highest), integer, self.tolerance)
+def search_space(options: CapacityOptions, base: RunConfig) -> SearchSpace:
+    """The loads the search may probe, from the options and the config's own load; a bound outside the
+    config's limits, or bounds out of order, raise CapacityError."""
+    integer = options.by == "concurrency"
+    lowest = options.lowest if options.lowest is not None else (1.0 if integer else 0.1)
+    highest = options.highest if options.highest is not None else (1024.0 if integer else 1000.0)
+    start = options.start
+    if start is None:
+        start = (base.workload.max_concurrency or 8) if integer else base.workload.arrival.rate
+    floor, ceiling = (1, MAX_REQUESTS) if integer else (MIN_RATE, MAX_RATE)  # the config's bounds
+    if not all(floor <= v <= ceiling for v in (start, lowest, highest)):  # inf and nan fail too
+        raise CapacityError(
+            f"--start, --lowest and --highest: expected {options.by} >= {floor:g} and <= {ceiling:,.0f}, "
+            f"got {start:g}, {lowest:g} and {highest:g}"
+        )
+    if not 0 <= options.seconds <= MAX_PROBE_SECONDS:  # nan fails too
+        raise CapacityError(f"--seconds: expected 0 to {MAX_PROBE_SECONDS:,}, got {options.seconds:g}")
+    if integer and any(v != int(v) for v in (start, lowest, highest)):
+        raise CapacityError("--start, --lowest and --highest: concurrency takes whole numbers")
+    if not 0 < lowest <= start <= highest:
+        raise CapacityError(
+            f"expected 0 < --lowest ({lowest:g}) <= --start ({start:g}) <= --highest ({highest:g})"
+        )
+    return SearchSpace(float(start), float(lowest), float(highest), integer, options.tolerance)
 
 
 def run_capacity(
@@ -95,20 +82,14 @@ def run_capacity(
             f"{config_label(config_path)}: set slo.ttft_ms, slo.tpot_ms or slo.e2el_ms: the search looks for "
             "the highest load meeting them"
         )
-    space = options.space(base)
+    space = search_space(options, base)
     out_dir = Path(out_dir or default_run_dir(f"{base.name}-capacity"))
     command = ["llmbench", "capacity", str(config_path), *[a for o in overrides for a in ("--set", o)]]
-    data: dict[str, Any] = {
-        "command": shlex.join(command),
-        "options": asdict(options),
-        "slo": asdict(base.slo),  # what "meeting every SLO" meant, with the target share in options
-        "complete": False,
-        "runs": [],
-    }
+    data = Capacity(command=shlex.join(command), options=options, slo=base.slo, complete=False)
     result = StudyResult(out_dir, data)
 
     def measure(value: float, repeat: int) -> float:
-        label, index = f"{value:g}", len(data["runs"])
+        label, index = f"{value:g}", len(data.runs)
         directory = f"{index:02d}-{options.by}-{label}-r{repeat}"
         # every run draws its own prompts: a server that outlives the runs (backend openai) must not
         # find an earlier probe's prompts in its prefix cache
@@ -119,16 +100,16 @@ def run_capacity(
         logger.info("%s %s, run %d", options.by, label, repeat + 1)
         run = run_point(config, config_path, out_dir / directory, progress, CapacityError)
         share = goodput_share(run.summary.metrics)
-        data["runs"].append(
-            {
-                "value": value,
-                "repeat": repeat,
-                "run_dir": directory,
-                "goodput_share": share,
-                "metrics": run.summary.to_dict()["metrics"],
-            }
+        data.runs.append(
+            CapacityRun(
+                value=value,
+                repeat=repeat,
+                run_dir=directory,
+                goodput_share=share,
+                metrics=run.summary.metrics,
+            )
         )
-        write_json(out_dir / "capacity.json", data)
+        data.save(out_dir / "capacity.json")
         if run.interrupted:
             raise _Interrupted
         return share
@@ -138,11 +119,13 @@ def run_capacity(
     except _Interrupted:
         result.interrupted = True
         return result
-    data.update(answer(search, options.target), complete=search.complete)
-    write_json(out_dir / "capacity.json", data)
-    at_answer = [run for run in data["runs"] if run["value"] == search.passing]
+    data.passing, data.failing = search.passing, search.failing
+    data.probes = probes(search, options.target)
+    data.complete = search.complete
+    data.save(out_dir / "capacity.json")
+    at_answer = [run for run in data.runs if run.value == search.passing]
     if at_answer:  # the last run at the highest passing load stands for the search
-        summary = RunSummary.load(out_dir / at_answer[-1]["run_dir"])
+        summary = RunSummary.load(out_dir / at_answer[-1].run_dir)
         msgspec.structs.replace(summary, name=base.name).save(out_dir / "summary.json")
     capacity_plot(data, out_dir / "capacity.png")
     return result
@@ -157,16 +140,12 @@ def goodput_share(metrics: Metrics | None) -> float:
     return good / total if total else 0.0
 
 
-def answer(search: SearchResult, target: float) -> dict[str, Any]:
-    """The probes and the interval the highest load meeting the target is known to lie in."""
-    return {
-        "passing": search.passing,
-        "failing": search.failing,
-        "probes": [
-            {"value": p.value, "shares": p.shares, "goodput_share": p.share, "passed": p.passed(target)}
-            for p in sorted(search.probes, key=lambda p: p.value)
-        ],
-    }
+def probes(search: SearchResult, target: float) -> list[Probe]:
+    """Each load probed, lowest first, with its runs' shares and whether it met the target."""
+    return [
+        Probe(value=p.value, shares=p.shares, goodput_share=p.share, passed=p.passed(target))
+        for p in sorted(search.probes, key=lambda p: p.value)
+    ]
 
 
 # the fewest requests a rate probe sends, so a low rate still gives a share worth judging

@@ -4,16 +4,15 @@ sweep.json) that collects them, rewritten after every run so an interrupted stud
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from llmbench.backends.factory import make_backend
 from llmbench.config.load import config_label
 from llmbench.config.schema import RunConfig
 from llmbench.engine.config import ConfigError
-from llmbench.results.files import write_atomic
+from llmbench.results.json_file import StudyFile
 from llmbench.run.workload import WorkloadError
 
 if TYPE_CHECKING:
@@ -24,7 +23,7 @@ if TYPE_CHECKING:
 @dataclass
 class StudyResult:
     out_dir: Path
-    data: dict[str, Any]  # the study's JSON content
+    data: StudyFile  # the study's file, as written so far
     interrupted: bool = False
 
 
@@ -45,7 +44,3 @@ def run_point(
         return run_benchmark(config, run_dir, backend=backend, progress=progress)
     except (ConfigError, WorkloadError) as e:
         raise error(f"{config_label(config_path)}: {e}") from None
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(data, indent=2) + "\n")

@@ -9,15 +9,16 @@ import logging
 import math
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 from rich.table import Table
 
 from llmbench.config.load import load_config
 from llmbench.config.schema import MAX_RATE, MIN_RATE, RunConfig
+from llmbench.results.sweep import Point, Sweep
 from llmbench.run.result_files import default_run_dir
-from llmbench.studies.study import StudyResult, run_point, write_json
+from llmbench.studies.study import StudyResult, run_point
 
 if TYPE_CHECKING:
     from llmbench.run.progress import Progress
@@ -78,7 +79,7 @@ def run_sweep(
     command += [arg for item in overrides for arg in ("--set", item)]
     base = load_config(config_path, overrides)
     out_dir = Path(out_dir or default_run_dir(f"{base.name}-sweep"))
-    sweep: dict[str, Any] = {"command": shlex.join(command), "complete": False, "points": []}
+    sweep = Sweep(command=shlex.join(command), complete=False)
     result = StudyResult(out_dir, sweep)
     for i, rate in enumerate(rates):
         label = rate_label(rate)
@@ -87,22 +88,20 @@ def run_sweep(
         logger.info("rate %s req/s", label)
         directory = f"{i:02d}-rate-{label}"
         run = run_point(config, config_path, out_dir / directory, progress, SweepError)
-        measured = run.summary.to_dict()
-        sweep["points"].append(
-            {
-                "rate": None if math.isinf(rate) else rate,  # JSON has no inf: null is all at once
-                "label": label,
-                "run_dir": directory,
-                **{key: measured[key] for key in ("metrics", "steps")},
-            }
+        # JSON has no inf: null is all at once
+        at = None if math.isinf(rate) else rate
+        sweep.points.append(
+            Point(
+                rate=at, label=label, run_dir=directory, metrics=run.summary.metrics, steps=run.summary.steps
+            )
         )
         msgspec.structs.replace(run.summary, name=base.name).save(out_dir / "summary.json")
-        write_json(out_dir / "sweep.json", sweep)
+        sweep.save(out_dir / "sweep.json")
         if run.interrupted:
             result.interrupted = True
             return result
-    sweep["complete"] = True
-    write_json(out_dir / "sweep.json", sweep)
+    sweep.complete = True
+    sweep.save(out_dir / "sweep.json")
     return result
 
 
@@ -117,16 +116,16 @@ SWEEP_COLUMNS = (
 )
 
 
-def sweep_table(sweep: dict[str, Any]) -> Table:
+def sweep_table(sweep: Sweep) -> Table:
     """One row per offered rate: what was served and how long it took."""
     table = Table(title="sweep: offered request rate")
     table.add_column("offered req/s")
     for _, header, _ in SWEEP_COLUMNS:
         table.add_column(header, justify="right")
-    for point in sweep["points"]:
-        metrics = point["metrics"]
-        cells = [
-            "-" if metrics.get(key) is None else fmt.format(metrics[key]) for key, _, fmt in SWEEP_COLUMNS
-        ]
-        table.add_row(point["label"], *cells)
+    for point in sweep.points:
+        cells = []
+        for key, _, fmt in SWEEP_COLUMNS:
+            value = point.metrics.value(key) if point.metrics else None
+            cells.append("-" if value is None else fmt.format(value))
+        table.add_row(point.label, *cells)
     return table

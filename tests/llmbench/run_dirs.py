@@ -113,8 +113,15 @@ def make_run_dir(
     return path
 
 
+def metrics_with(**figures: float) -> dict:
+    """A metrics object as a file has it (every key), no request measured but `figures`."""
+    return compute_metrics([], PERCENTILES, None) | figures
+
+
 def write_ablation(path: Path, throughputs: dict[str, float]) -> None:
-    """ablation.json: all off, then toggles switched on one at a time in order, then all on."""
+    """ablation.json: all off, then toggles switched on one at a time in order, then all on, each
+    variant with its output throughput and the run's other figures."""
+    summary = json.loads((path / "summary.json").read_text())
     order = [name for name in throughputs if name not in ("all off", "all on")]
     variants, enabled = [], {}
     for name, throughput in throughputs.items():
@@ -123,8 +130,11 @@ def write_ablation(path: Path, throughputs: dict[str, float]) -> None:
         elif name != "all off":
             enabled = {**enabled, name: True}
         toggles = {toggle: enabled.get(toggle, False) for toggle in order}
-        variants.append({"name": name, "toggles": toggles, "metrics": {"output_throughput": throughput}})
-    (path / "ablation.json").write_text(json.dumps({"order": order, "variants": variants}))
+        metrics = summary["metrics"] | {"output_throughput": throughput}
+        steps = summary["steps"]
+        variants.append({"name": name, "toggles": toggles, "metrics": metrics, "steps": steps, "run_dir": ""})
+    ablation = {"command": "llmbench ablate", "order": order, "complete": True, "variants": variants}
+    (path / "ablation.json").write_text(json.dumps(ablation))
 
 
 def visible(html: str) -> str:
@@ -153,6 +163,10 @@ def study_dir(root: Path, kind: str, labels: list[str]) -> Path:
             entry.update(rate=float(label), label=label)
         entries.append(entry)
     (root / "summary.json").write_text((root / entries[-1]["run_dir"] / "summary.json").read_text())
-    key = "variants" if kind == "ablation" else "points"
-    (root / f"{kind}.json").write_text(json.dumps({"command": f"llmbench {kind}", key: entries}))
+    study = {"command": f"llmbench {kind}", "complete": True}
+    if kind == "ablation":
+        study |= {"order": ["chunked_prefill", "prefix_caching"], "variants": entries}
+    else:
+        study |= {"points": entries}
+    (root / f"{kind}.json").write_text(json.dumps(study))
     return root

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.llmbench.run_dirs import metrics_with
+
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "h200_summary.py"
 
 
@@ -16,13 +18,17 @@ def summarize(directory: Path) -> dict:
 
 
 def test_targets_come_from_the_files_with_met_flags(tmp_path):
-    (tmp_path / "throughput_bundled.json").write_text(json.dumps({"metrics": {"output_throughput": 9000.0}}))
-    (tmp_path / "throughput_hf.json").write_text(json.dumps({"metrics": {"output_throughput": 2000.0}}))
+    for name, tok_s in (("throughput_bundled.json", 9000.0), ("throughput_hf.json", 2000.0)):
+        run = {"name": name, "complete": True, "config": {}, "steps": {"num_steps": 9}}
+        (tmp_path / name).write_text(json.dumps(run | {"metrics": metrics_with(output_throughput=tok_s)}))
+    figures = [("all off", 10000.0, {}), ("all on", 19000.0, {"gpu_busy_step_spans": 0.97})]
     variants = [
-        {"name": "all off", "metrics": {"output_throughput": 10000.0}, "steps": {}},
-        {"name": "all on", "metrics": {"output_throughput": 19000.0}, "steps": {"gpu_busy_step_spans": 0.97}},
+        {"name": name, "toggles": {}, "metrics": metrics_with(output_throughput=tok_s), "run_dir": ""}
+        | {"steps": {"num_steps": 9, **busy}}
+        for name, tok_s, busy in figures
     ]
-    (tmp_path / "ablation.json").write_text(json.dumps({"variants": variants}))
+    ablation = {"command": "llmbench ablate", "order": [], "complete": True, "variants": variants}
+    (tmp_path / "ablation.json").write_text(json.dumps(ablation))
     rows = [{"num_scheduler_steps": 1, "prepare_ms": 0.4, "host_ms_per_step": 1.2}]
     (tmp_path / "cpu_overhead.json").write_text(json.dumps({"rows": rows}))
     summary = summarize(tmp_path)

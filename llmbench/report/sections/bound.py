@@ -4,9 +4,12 @@ run without a bound says why in its row; where no run has one, one line says why
 
 from __future__ import annotations
 
+from msgspec import UNSET
+
 from llmbench.report.format import describe, header_cell, number
 from llmbench.report.html import esc, note, table
 from llmbench.report.page import Page, Point
+from llmbench.results.json_file import known
 
 FIGURES = (
     "throughput_of_bound",
@@ -30,21 +33,20 @@ EXPLAIN = (
 
 def _row(point: Point) -> list[str]:
     steps = point.steps
-    cells = [number(point.metrics.get("output_throughput"))]
-    cells += [number(steps.get(key), describe(key).unit) for key in FIGURES]
-    where = steps.get("ceilings_device")
-    method = steps.get("ceilings_method")
-    cells.append(esc(f"{where}: {method}" if where else steps.get("bound_unavailable") or ""))
+    cells = [number(point.metrics.output_throughput if point.metrics else None)]
+    cells += [number(steps.value(key), describe(key).unit) for key in FIGURES]
+    where, method = known(steps.ceilings_device), known(steps.ceilings_method)
+    cells.append(esc(f"{where}: {method}" if where else known(steps.bound_unavailable) or ""))
     return cells
 
 
 def render(page: Page) -> str:
-    points = [p for p in page.points if "bound_s" in p.steps]
+    points = [p for p in page.points if p.steps.bound_s is not UNSET]
     if not points:
         return ""
-    if all(p.steps.get("bound_s") is None for p in points):
+    if all(p.steps.bound_s is None for p in points):
         # a table of n/a rows (an ablation of the null executor, say) would say only this
-        reasons = dict.fromkeys(p.steps.get("bound_unavailable") for p in points)
+        reasons = dict.fromkeys(known(p.steps.bound_unavailable) for p in points)
         reasons.pop(None, None)
         return note(f"No physical bound: {'; '.join(reasons)}.") if reasons else ""
     header = ["", header_cell("output_throughput"), *(header_cell(k) for k in FIGURES), "ceilings measured"]

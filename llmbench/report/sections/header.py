@@ -8,16 +8,11 @@ from typing import Any
 from llmbench.report.format import number, plural
 from llmbench.report.html import esc, note, table
 from llmbench.report.page import Page
+from llmbench.results.ablation import Ablation
+from llmbench.results.json_file import known
+from llmbench.results.steps import Steps
+from llmbench.results.summary import Environment, RunSummary
 from llmbench.studies.ablation import TOGGLES
-
-# keys the environment has carried under more than one name
-VERSION_KEYS = ("llmbench_version", "llmbench")
-COMMIT_KEYS = ("git_commit", "commit")
-THREAD_KEYS = ("torch_threads", "torch_num_threads", "num_threads")
-
-
-def _first(env: dict[str, Any], keys: tuple[str, ...]) -> Any:
-    return next((env[k] for k in keys if env.get(k) is not None), None)
 
 
 def _model(config: dict[str, Any]) -> str:
@@ -35,15 +30,15 @@ def _model(config: dict[str, Any]) -> str:
     return f"{name}, {model.get('dtype', 'auto')}{executor}"
 
 
-def _device(config: dict[str, Any], env: dict[str, Any]) -> str:
+def _device(config: dict[str, Any], env: Environment) -> str:
     return f"{(config.get('model') or {}).get('device') or '?'}: {_machine(env)}"
 
 
-def _machine(env: dict[str, Any]) -> str:
-    if env.get("gpu"):
-        return env["gpu"] + (f" ({env['gpu_memory_gb']:.0f} GB)" if env.get("gpu_memory_gb") else "")
-    cores = f", {env['cpu_cores']} cores" if env.get("cpu_cores") else ""
-    return f"{env.get('cpu') or 'CPU'}{cores}"
+def _machine(env: Environment) -> str:
+    if env.gpu:
+        return env.gpu + (f" ({env.gpu_memory_gb:.0f} GB)" if env.gpu_memory_gb else "")
+    cores = f", {env.cpu_cores} cores" if env.cpu_cores else ""
+    return f"{env.cpu or 'CPU'}{cores}"
 
 
 def _lengths(section: dict[str, Any]) -> str:
@@ -100,16 +95,17 @@ def _toggles(config: dict[str, Any]) -> str:
     return text + (f"; attention {engine['attention_backend']}" if engine.get("attention_backend") else "")
 
 
-def _version(env: dict[str, Any]) -> str:
-    version, commit = _first(env, VERSION_KEYS), _first(env, COMMIT_KEYS)
+def _version(env: Environment) -> str:
+    version, commit = env.llmbench, env.git_commit
     if version is None and commit is None:
         return "not recorded"
     return " ".join(str(x) for x in (version, f"commit {commit}" if commit else None) if x)
 
 
-def _software(env: dict[str, Any]) -> str:
-    threads = _first(env, THREAD_KEYS)
-    parts = [f"{name} {env[name]}" for name in ("python", "torch", "triton", "cuda") if env.get(name)]
+def _software(env: Environment) -> str:
+    threads = env.torch_threads
+    versions = {"python": env.python, "torch": env.torch, "triton": env.triton, "cuda": env.cuda}
+    parts = [f"{name} {version}" for name, version in versions.items() if version]
     return ", ".join(parts) + (f"; torch threads {threads}" if threads is not None else "")
 
 
@@ -126,12 +122,12 @@ ROWS = (  # (label, cell from config and environment, the config section it need
 )
 
 
-def _served_elsewhere(name: str, summary: dict[str, Any]) -> str | None:
+def _served_elsewhere(name: str, summary: RunSummary) -> str | None:
     """A row's cell for a run streamed to an OpenAI-compatible server (backend.type openai): the model
     is the one the server named, and the device, engine and software that served it are the server's,
     which the OpenAI API does not report, so the local config's and machine's are shown only as the
     client's. None for any other run or row."""
-    config, env = summary.get("config") or {}, summary.get("environment") or {}
+    config, env = summary.config, summary.environment
     backend = config.get("backend") or {}
     if backend.get("type") != "openai":
         return None
@@ -139,7 +135,8 @@ def _served_elsewhere(name: str, summary: dict[str, Any]) -> str | None:
     if name == "Model" and backend.get("models"):
         return f"a mix of {', '.join(m['name'] for m in backend['models'])} at {url}"
     if name == "Model":
-        served = summary.get("served_model") or backend.get("model")  # runs before served_model: the config's
+        # runs before served_model: the config's
+        served = known(summary.served_model) or backend.get("model")
         return f"{served} at {url}" if served else f"the first model {url} lists"
     if name == "Device":
         return f"the server's: not reported; this client: {_machine(env)}"
@@ -150,17 +147,17 @@ def _served_elsewhere(name: str, summary: dict[str, Any]) -> str | None:
     return None
 
 
-def sources(page: Page) -> list[tuple[str, dict[str, Any]]]:
+def sources(page: Page) -> list[tuple[str, RunSummary]]:
     """(label, summary) of every run the page shows, for its header."""
     runs = [(run.label, run.summary) for run in page.runs]
-    return runs + [(f.name, f.data) for f in page.files if f.kind == "run"]
+    return runs + [(f.name, f.summary) for f in page.files if f.summary is not None]
 
 
 def _study_lines(page: Page) -> list[str]:
     lines = []
     for group in page.groups:
-        if group.kind == "ablation":
-            order = ", ".join(group.data.get("order") or [])
+        if isinstance(group.data, Ablation):
+            order = ", ".join(group.data.order)
             lines.append(
                 f"{group.title}: {len(group.points)} variants, toggles switched on in turn: {order}."
             )
@@ -172,8 +169,8 @@ def _study_lines(page: Page) -> list[str]:
         elif group.kind == "sweep":
             rates = ", ".join(p.label for p in group.points)
             lines.append(f"{group.title}: the same workload at offered rates {rates}.")
-        if group.data.get("command"):
-            lines.append(f"Command: {group.data['command']}")
+        if group.data is not None and group.data.command:
+            lines.append(f"Command: {group.data.command}")
     return lines
 
 
@@ -202,13 +199,10 @@ def render(page: Page) -> str:
     if columns:
         rows = []
         for name, cell, section in ROWS:
-            cells = [
-                _served_elsewhere(name, s) or cell(s.get("config") or {}, s.get("environment") or {})
-                for _, s in columns
-            ]
+            cells = [_served_elsewhere(name, s) or cell(s.config, s.environment) for _, s in columns]
             if name == "Arrival":
-                cells = [_arrival_text(page, s.get("config") or {}) for _, s in columns]
-            present = [section in (s.get("config") or {}) for _, s in columns]
+                cells = [_arrival_text(page, s.config) for _, s in columns]
+            present = [section in s.config for _, s in columns]
             if section is None or any(present):  # a config without the section says nothing about it
                 rows.append(
                     [esc(name)]
@@ -217,9 +211,12 @@ def render(page: Page) -> str:
                         for c, p in zip(cells, present, strict=True)
                     ]
                 )
-        rows.append(["Started"] + [esc(s.get("started_at", "n/a")) for _, s in columns])
-        if any(s.get("server_profile") for _, s in columns):  # run --profile-server: what the server said
-            said = [(s.get("server_profile") or {}).get("message", "not profiled") for _, s in columns]
+        rows.append(["Started"] + [esc(known(s.started_at) or "n/a") for _, s in columns])
+        if any(known(s.server_profile) for _, s in columns):  # run --profile-server: what the server said
+            said = [
+                profile.message if (profile := known(s.server_profile)) else "not profiled"
+                for _, s in columns
+            ]
             rows.append(["Server profile"] + [esc(text) for text in said])
         header = ["", *(esc(label) for label, _ in columns)] if len(columns) > 1 else ["", ""]
         parts.append(table(header, rows, tuple(range(len(columns) + 1)), css="header-table"))
@@ -238,11 +235,11 @@ def _client_flags(page: Page) -> list[str]:
     client's own delay."""
     flags = []
     for label, summary in sources(page):
-        client = summary.get("client") or {}
-        if client.get("client_limited"):
+        client = known(summary.client)
+        if client and client.client_limited:
             flags.append(
                 f'<p><span class="incomplete">CLIENT-LIMITED</span> {esc(label)}: '
-                f"{esc(client.get('reason'))}. Its latencies include the benchmark client's own delay "
+                f"{esc(client.reason)}. Its latencies include the benchmark client's own delay "
                 "(llmbench calibrate measures it).</p>"
             )
     return flags
@@ -253,7 +250,7 @@ def _run_warnings(page: Page) -> list[str]:
     return [
         f'<p><span class="incomplete">WARNING</span> {esc(label)}: {esc(warning)}</p>'
         for label, summary in sources(page)
-        for warning in summary.get("warnings") or ()
+        for warning in known(summary.warnings) or ()
     ]
 
 
@@ -261,14 +258,14 @@ def _no_server_figures(page: Page) -> list[str]:
     """A line for each HTTP run whose server gave no figures of its own (no /metrics), and why."""
     lines = []
     for label, summary in sources(page):
-        server = summary.get("server_metrics") or {}
-        if server and not server.get("available"):
+        server = known(summary.server_metrics)
+        if server and not server.available:
             lines.append(
-                f"<p>{esc(label)}: no server-side figures ({esc(server.get('reason'))}); the client's "
+                f"<p>{esc(label)}: no server-side figures ({esc(known(server.reason))}); the client's "
                 "figures are complete without them.</p>"
             )
     return lines
 
 
-def _has_gpu(steps: dict[str, Any]) -> bool:
-    return steps.get("mean_gpu_ms") is not None
+def _has_gpu(steps: Steps) -> bool:
+    return steps.mean_gpu_ms is not None

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmbench.metrics.steps import step_value
 from llmbench.report.format import describe, header_cell, number, with_unit
 from llmbench.report.html import esc, table
 from llmbench.report.page import Page, Point
 from llmbench.report.sections.header import slo_text, sources
+from llmbench.results.json_file import known
+from llmbench.results.metrics import Metrics
 
 HEADLINE = (
     "output_throughput",
@@ -27,13 +28,16 @@ HEADLINE = (
 CARD_EXTRA = ("completed", "failed", "duration_s")
 
 
-def value(point: Point, key: str, metrics: dict[str, Any] | None = None) -> Any:
+def value(point: Point, key: str, metrics: Metrics | None = None) -> Any:
+    """A headline figure of the point (or of one of its trials' `metrics`) by its key in the file."""
     metrics = point.metrics if metrics is None else metrics
     if key == "gpu_busy_step_spans":
-        return step_value(point.steps, key)
-    if key.startswith("p50_") and metrics.get(key) is None:
-        return metrics.get("median_" + key[4:])  # summaries before p50 was listed
-    return metrics.get(key)
+        return known(point.steps.gpu_busy_step_spans)
+    if metrics is None:
+        return None
+    if key.startswith("p50_") and metrics.value(key) is None:
+        return metrics.value("median_" + key[4:])  # summaries before p50 was listed
+    return metrics.value(key)
 
 
 def spread(point: Point, key: str) -> str:
@@ -73,9 +77,9 @@ def _card(point: Point, key: str, slos: str) -> str:
 def _cards(point: Point, slos: str) -> str:
     cards = [_card(point, key, slos) for key in _keys([point])]
     counts = ", ".join(
-        f"{describe(k).label.lower()} {with_unit(point.metrics.get(k), describe(k).unit)}"
+        f"{describe(k).label.lower()} {with_unit(value(point, k), describe(k).unit)}"
         for k in CARD_EXTRA
-        if point.metrics.get(k) is not None
+        if value(point, k) is not None
     )
     return f'<div class="cards">{"".join(cards)}</div><p>{esc(counts)}.</p>' if counts else ""
 
@@ -95,7 +99,7 @@ def group_table(points: list[Point], keys: list[str], first: str) -> str:
 def render(page: Page) -> str:
     if not page.points:
         return ""
-    configs = [s.get("config") or {} for _, s in sources(page)]
+    configs = [s.config for _, s in sources(page)]
     slos = slo_text(configs[0]) if configs else "not recorded"
     parts = ["<h2>Headline figures</h2>"]
     for group in page.groups:

@@ -19,7 +19,8 @@ REASONING_COUNTS = ("total_reasoning_tokens", "total_answer_tokens", "requests_w
 
 def percentiles(points: list[Point]) -> list[str]:
     """Every percentile any point's metrics hold, in order, as the key infix (`50`, `99.9`)."""
-    found = {m.group(1) for p in points for k in p.metrics if (m := _PERCENTILE.match(k))}
+    keys = [k for p in points if p.metrics for k in p.metrics.latencies.percentiles]
+    found = {m.group(1) for k in keys if (m := _PERCENTILE.match(k))}
     return sorted(found, key=float)
 
 
@@ -28,10 +29,16 @@ def _columns(points: list[Point]) -> list[tuple[str, str]]:
     return [("mean", "mean"), *((f"p{q}", f"p{q}") for q in percentiles(points)), ("max", "max")]
 
 
+def _ms(point: Point, key: str) -> float | None:
+    return point.metrics.value(key) if point.metrics else None
+
+
 def _latencies(points: list[Point]) -> dict[str, tuple[str, str]]:
     """The latencies these points have: the reasoning ones only where a run streamed reasoning."""
     return {
-        name: text for name, text in LATENCY.items() if any(f"mean_{name}_ms" in p.metrics for p in points)
+        name: text
+        for name, text in LATENCY.items()
+        if any(_ms(p, f"mean_{name}_ms") is not None for p in points)
     }
 
 
@@ -39,7 +46,7 @@ def _single(point: Point) -> str:
     columns = _columns([point])
     rows = [
         [f'<span title="{esc(definition)}">{esc(label)} (ms)</span>']
-        + [number(point.metrics.get(f"{prefix}_{name}_ms")) for prefix, _ in columns]
+        + [number(_ms(point, f"{prefix}_{name}_ms")) for prefix, _ in columns]
         for name, (label, definition) in _latencies([point]).items()
     ]
     return table(["", *(esc(h) for _, h in columns)], rows)
@@ -50,8 +57,7 @@ def _per_metric(points: list[Point]) -> str:
     parts = []
     for name, (label, definition) in _latencies(points).items():
         rows = [
-            [esc(p.label)] + [number(p.metrics.get(f"{prefix}_{name}_ms")) for prefix, _ in columns]
-            for p in points
+            [esc(p.label)] + [number(_ms(p, f"{prefix}_{name}_ms")) for prefix, _ in columns] for p in points
         ]
         parts.append(
             f'<h4 title="{esc(definition)}">{esc(label)} (ms)</h4>'
@@ -81,19 +87,17 @@ def _cdfs(points: list[Point]) -> str:
 
 def _reasoning_counts(points: list[Point]) -> str:
     """How the output split into reasoning and answer, for runs that streamed reasoning."""
-    shown = [p for p in points if "total_reasoning_tokens" in p.metrics]
+    shown = [p for p in points if _ms(p, "total_reasoning_tokens") is not None]
     if not shown:
         return ""
-    rows = [
-        [esc(p.label)] + [number(p.metrics.get(k), describe(k).unit) for k in REASONING_COUNTS] for p in shown
-    ]
+    rows = [[esc(p.label)] + [number(_ms(p, k), describe(k).unit) for k in REASONING_COUNTS] for p in shown]
     return table(["", *(header_cell(k) for k in REASONING_COUNTS)], rows)
 
 
 def render(page: Page) -> str:
     parts = []
     for group in page.groups:
-        points = [p for p in group.points if any(k.endswith("_ms") for k in p.metrics)]
+        points = [p for p in group.points if p.metrics is not None]
         if not points:
             continue
         if len(page.groups) > 1:

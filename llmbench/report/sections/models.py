@@ -6,6 +6,8 @@ from __future__ import annotations
 from llmbench.report.format import number
 from llmbench.report.html import esc, table
 from llmbench.report.page import Page
+from llmbench.results.json_file import known
+from llmbench.results.metrics import Metrics
 
 # (metrics key, heading): a model's figures as the headline shows the whole run's
 COLUMNS = (
@@ -21,11 +23,11 @@ COLUMNS = (
 )
 
 
-def _run_table(models: dict, weights: dict[str, float]) -> str:
+def _run_table(models: dict[str, Metrics], weights: dict[str, float]) -> str:
     total = sum(weights.values()) or 1.0
     rows = [
         [esc(name), number(weights[name] / total if name in weights else None, "%")]
-        + [number(metrics.get(key)) for key, _ in COLUMNS]
+        + [number(metrics.value(key)) for key, _ in COLUMNS]
         for name, metrics in models.items()
     ]
     return table(["model", "weight", *(esc(h) for _, h in COLUMNS)], rows, text_columns=(0,))
@@ -34,10 +36,10 @@ def _run_table(models: dict, weights: dict[str, float]) -> str:
 def render(page: Page) -> str:
     parts = []
     for run in page.runs:
-        models = run.summary.get("models")
+        models = known(run.summary.models)
         if not models:
             continue
-        config = (run.summary.get("config") or {}).get("backend") or {}
+        config = (run.summary.config or {}).get("backend") or {}
         weights = {m["name"]: m["weight"] for m in config.get("models") or ()}
         if len(page.runs) > 1:
             parts.append(f"<h3>{esc(run.label)}</h3>")

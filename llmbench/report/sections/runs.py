@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import msgspec
 import yaml
 
 from llmbench.profiling.profile_file import load_profile
@@ -14,6 +15,7 @@ from llmbench.report.format import number
 from llmbench.report.html import esc, table
 from llmbench.report.load import RunData
 from llmbench.report.page import Page
+from llmbench.results.json_file import known
 
 SLOWEST_SHOWN = 10
 PROMPT_CHARS = 200
@@ -46,9 +48,9 @@ def slowest_requests(run: RunData) -> str:
 
 
 def _details(run: RunData) -> str:
-    config = yaml.safe_dump(run.summary.get("config") or {}, sort_keys=False)
-    env = yaml.safe_dump(run.summary.get("environment") or {}, sort_keys=False)
-    where = f"run directory: {run.path}\nstarted at: {run.summary.get('started_at', 'n/a')}\n"
+    config = yaml.safe_dump(run.summary.config, sort_keys=False)
+    env = yaml.safe_dump(msgspec.to_builtins(run.summary.environment), sort_keys=False)
+    where = f"run directory: {run.path}\nstarted at: {known(run.summary.started_at) or 'n/a'}\n"
     return (
         f"<details><summary>Resolved config</summary><pre>{esc(config)}</pre></details>"
         f"<details><summary>Environment</summary><pre>{esc(where + env)}</pre></details>"

@@ -6,21 +6,22 @@ from __future__ import annotations
 from llmbench.report.format import number
 from llmbench.report.html import esc, note, table
 from llmbench.report.page import Page
+from llmbench.results.json_file import known
 
 
 def render(page: Page) -> str:
     parts = []
     for run in page.runs:
-        samples = run.summary.get("samples") or []
+        samples = known(run.summary.samples) or []
         if not samples:
             continue
         rows = [
             [
-                esc(s.get("request")),
-                _text(s.get("prompt")),
-                _text(s.get("completion")),
-                number(s.get("prompt_tokens")),
-                number(s.get("output_tokens")),
+                esc(s.request),
+                _text(s.prompt),
+                _text(s.completion),
+                number(s.prompt_tokens),
+                number(s.output_tokens),
             ]
             for s in samples
         ]

@@ -10,6 +10,7 @@ from llmbench.report.format import number
 from llmbench.report.html import esc, note, table
 from llmbench.report.page import Page
 from llmbench.report.sections.header import sources
+from llmbench.results.json_file import known
 
 HEADER = ["", "drafts", "proposed tokens", "accepted tokens", "acceptance rate", "mean accepted length"]
 
@@ -21,18 +22,21 @@ def _row(label: str, counts: list[str], rate: Any, length: Any) -> list[str]:
 def render(page: Page) -> str:
     rows = []
     for label, summary in sources(page):
-        server = summary.get("server_metrics") or {}
-        if "spec_drafts" not in server:
+        server = known(summary.server_metrics)
+        if server is None or known(server.spec_drafts) is None:
             continue
-        counts = [number(server.get(k)) for k in ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens")]
+        counts = [
+            number(known(n))
+            for n in (server.spec_drafts, server.spec_draft_tokens, server.spec_accepted_tokens)
+        ]
         rows.append(
-            _row(label, counts, server.get("spec_acceptance_rate"), server.get("spec_mean_accepted_length"))
+            _row(label, counts, known(server.spec_acceptance_rate), known(server.spec_mean_accepted_length))
         )
         trials = list(
             zip(
-                server.get("spec_drafts_by_trial") or [],
-                server.get("spec_acceptance_rate_by_trial") or [],
-                server.get("spec_mean_accepted_length_by_trial") or [],
+                known(server.spec_drafts_by_trial) or [],
+                known(server.spec_acceptance_rate_by_trial) or [],
+                known(server.spec_mean_accepted_length_by_trial) or [],
                 strict=True,
             )
         )

@@ -4,13 +4,12 @@ offered rate reached."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from llmbench.report.charts import chart, color, line_chart
 from llmbench.report.format import number
 from llmbench.report.html import esc, table
-from llmbench.report.page import Group, Page
+from llmbench.report.page import Group, Page, Point
 from llmbench.report.sections.headline import spread, value
+from llmbench.results.json_file import known
 
 
 def _switched(group: Group) -> list[str]:
@@ -50,8 +49,8 @@ def _ablation(group: Group) -> str:
                 number(tput)
                 + (f"<br><small>{esc(spread(point, 'output_throughput'))}</small>" if point.trials else ""),
                 gain,
-                number(steps.get("mean_cpu_ms_per_step")),
-                number(steps.get("mean_cpu_ms_per_forward")),
+                number(steps.mean_cpu_ms_per_step),
+                number(known(steps.mean_cpu_ms_per_forward)),
             ]
             + ([number(value(point, "gpu_busy_step_spans"), "%")] if gpu else [])
         )
@@ -66,7 +65,7 @@ def _ablation(group: Group) -> str:
     return chart(spec, height=300) + table(header, rows, text_columns=(0, 1))
 
 
-def _sweep_line(points: list[Any], name: str, unit_label: str) -> str:
+def _sweep_line(points: list[Point], name: str, unit_label: str) -> str:
     datasets = []
     for i, stat in enumerate(("p50", "p99")):
         data = [

@@ -112,27 +112,21 @@ def test_the_run_table_and_the_report_show_a_run_s_clock_beside_its_ceiling_s():
 def test_an_ablation_variant_pools_its_trials_clocks():
     """Each trial of a variant is its own run with its own reading; the variant's steps hold them
     pooled, not the first trial's (what a median over non-numbers keeps)."""
+    from llmbench.results.ablation import Trial
+    from llmbench.results.steps import GpuClock, Steps
     from llmbench.studies.ablation import Variant, _entry
 
     readings = [
-        {"sm_clock_mhz": 1500, "limited_fraction": 1.0, "limits": ["sw power cap"]},
-        {"sm_clock_mhz": 1980, "limited_fraction": 0.0, "limits": []},
-        {"sm_clock_mhz": 1700, "limited_fraction": 0.5, "limits": ["hw power brake", "sw power cap"]},
+        GpuClock(1500, 1.0, ["sw power cap"]),
+        GpuClock(1980, 0.0, []),
+        GpuClock(1700, 0.5, ["hw power brake", "sw power cap"]),
     ]
     done = [
-        {
-            "metrics": {"output_throughput": 100.0 + k},
-            "steps": {"mean_wait_ms": 1.0, "gpu_clock": r},
-            "run_dir": k,
-        }
-        for k, r in enumerate(readings)
+        Trial(k, f"trial-{k}", None, Steps(num_steps=9, mean_wait_ms=1.0, gpu_clock=r))
+        for k, r in enumerate(readings, start=1)
     ]
-    steps = _entry(Variant("all off", "00-all-off", {}), done)["steps"]
-    assert steps["gpu_clock"] == {
-        "sm_clock_mhz": 1700,
-        "limited_fraction": 0.5,
-        "limits": ["sw power cap", "hw power brake"],
-    }
-    assert steps["mean_wait_ms"] == 1.0
-    cpu_done = [{**t, "steps": {"mean_wait_ms": 1.0}} for t in done]
-    assert "gpu_clock" not in _entry(Variant("all off", "00-all-off", {}), cpu_done)["steps"]
+    steps = _entry(Variant("all off", "00-all-off", {}), done).steps
+    assert steps.gpu_clock == GpuClock(1700, 0.5, ["sw power cap", "hw power brake"])
+    assert steps.mean_wait_ms == 1.0
+    cpu_done = [msgspec.structs.replace(t, steps=Steps(num_steps=9, mean_wait_ms=1.0)) for t in done]
+    assert _entry(Variant("all off", "00-all-off", {}), cpu_done).steps.gpu_clock is msgspec.UNSET

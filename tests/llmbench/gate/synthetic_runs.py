@@ -2,7 +2,9 @@
 
 import numpy as np
 
+from llmbench.gate.load import Side
 from llmbench.metrics.requests import compute_metrics
+from llmbench.results.summary import RunSummary
 
 PERCENTILES = [50.0, 90.0, 95.0, 99.0]
 
@@ -50,3 +52,8 @@ def summary_file(figures: dict, steps: dict | None = None) -> dict:
 def synthetic_run(seed: int, slowdown: float = 1.0, noise: float = 0.03, trials: int = 5) -> dict:
     rng = np.random.default_rng(seed)
     return summary([trial_metrics(rng, slowdown, noise) for _ in range(trials)])
+
+
+def side(data: dict) -> Side:
+    """A summary.json's content as `llmbench compare` reads one side."""
+    return Side(RunSummary.from_dict(data))

@@ -16,7 +16,12 @@ from llmbench.gate.compare import (
     parse_metric_spec,
 )
 from llmbench.metrics.trial_stats import bootstrap_ratio_ci, mann_whitney_greater
-from tests.llmbench.gate.synthetic_runs import summary, synthetic_run
+from tests.llmbench.gate.synthetic_runs import side, summary, summary_file, synthetic_run
+
+
+def compare(baseline: dict, current: dict, checks=None):
+    """The verdicts on two summary.json contents."""
+    return compare_summaries(side(baseline), side(current), checks)
 
 
 def verdict_of(verdicts, metric: str) -> str:
@@ -24,7 +29,7 @@ def verdict_of(verdicts, metric: str) -> str:
 
 
 def test_a_a_comparison_passes():
-    verdicts = compare_summaries(synthetic_run(seed=1, trials=20), synthetic_run(seed=2, trials=20))
+    verdicts = compare(synthetic_run(seed=1, trials=20), synthetic_run(seed=2, trials=20))
     assert len(verdicts) == 6
     assert all(v.verdict == OK for v in verdicts)
     assert all(v.ci_low < 0 < v.ci_high for v in verdicts)
@@ -34,13 +39,13 @@ def test_a_a_comparison_passes():
 
 def test_too_few_trials_to_resolve_the_threshold_is_said_not_passed_silently():
     # 3 trials a side at 5% noise cannot catch a 10% regression, let alone 5%
-    verdicts = compare_summaries(
+    verdicts = compare(
         synthetic_run(seed=1, noise=0.05, trials=3), synthetic_run(seed=2, noise=0.05, trials=3)
     )
     assert all(v.verdict == NOT_ENOUGH and v.detectable > 0.10 for v in verdicts)
     assert not has_regression(verdicts)
     generous = [parse_metric_spec("mean_tpot_ms:40%")]
-    (verdict,) = compare_summaries(
+    (verdict,) = compare(
         synthetic_run(seed=1, noise=0.05, trials=3), synthetic_run(seed=2, noise=0.05, trials=3), generous
     )
     assert verdict.verdict == OK and verdict.detectable < 0.80
@@ -52,9 +57,7 @@ def test_detectable_regression_is_caught_as_often_as_it_says():
 
     def judged(seed: int, slowdown: float = 1.0):
         base = synthetic_run(seed=2 * seed, trials=10)
-        return compare_summaries(base, synthetic_run(seed=2 * seed + 1, slowdown=slowdown, trials=10), check)[
-            0
-        ]
+        return compare(base, synthetic_run(seed=2 * seed + 1, slowdown=slowdown, trials=10), check)[0]
 
     detectable = float(np.median([judged(s).detectable for s in range(20)]))
     assert 0.08 < detectable < 0.14  # 10 trials at 3% noise, 5% threshold
@@ -63,7 +66,7 @@ def test_detectable_regression_is_caught_as_often_as_it_says():
 
 
 def test_two_percent_change_inside_noise_passes():
-    verdicts = compare_summaries(synthetic_run(seed=3), synthetic_run(seed=4, slowdown=1.02))
+    verdicts = compare(synthetic_run(seed=3), synthetic_run(seed=4, slowdown=1.02))
     assert not has_regression(verdicts)
 
 
@@ -72,31 +75,32 @@ def test_noisy_change_beyond_threshold_is_not_called_a_regression():
     # and three trials at that noise could not have caught even 10%
     base = summary([{"mean_tpot_ms": v} for v in (9.0, 10.0, 11.5)])
     current = summary([{"mean_tpot_ms": v} for v in (9.4, 10.8, 12.0)])
-    (verdict,) = compare_summaries(base, current, [parse_metric_spec("mean_tpot_ms")])
+    (verdict,) = compare(base, current, [parse_metric_spec("mean_tpot_ms")])
     assert verdict.change == pytest.approx(0.08)
     assert verdict.verdict == NOT_ENOUGH and verdict.detectable > 0.10
-    (lenient,) = compare_summaries(base, current, [parse_metric_spec("mean_tpot_ms:300%")])
+    (lenient,) = compare(base, current, [parse_metric_spec("mean_tpot_ms:300%")])
     assert lenient.verdict == OK
 
 
 def test_speedup_is_reported_as_improvement():
-    verdicts = compare_summaries(synthetic_run(seed=1), synthetic_run(seed=2, slowdown=0.8))
+    verdicts = compare(synthetic_run(seed=1), synthetic_run(seed=2, slowdown=0.8))
     assert verdict_of(verdicts, "mean_tpot_ms") == IMPROVED
     assert verdict_of(verdicts, "output_throughput") == IMPROVED
     assert not has_regression(verdicts)
 
 
 def test_single_values_use_the_point_ratio():
-    base = {"metrics": {"mean_tpot_ms": 10.0}, "steps": {"mean_cpu_ms_per_step": 2.0}}
-    current = {"metrics": {"mean_tpot_ms": 10.4}, "steps": {"mean_cpu_ms_per_step": 2.2}}
-    verdicts = compare_summaries(base, current)
+    base = summary_file({"mean_tpot_ms": 10.0}, {"mean_cpu_ms_per_step": 2.0})
+    current = summary_file({"mean_tpot_ms": 10.4}, {"mean_cpu_ms_per_step": 2.2})
+    checks = [parse_metric_spec("mean_tpot_ms"), parse_metric_spec("steps.mean_cpu_ms_per_step")]
+    verdicts = compare(base, current, checks)
     assert [(v.metric, v.verdict) for v in verdicts] == [
         ("mean_tpot_ms", OK),
         ("steps.mean_cpu_ms_per_step", REGRESSION),
     ]
     assert verdicts[1].ci_low is None and verdicts[1].trials == (0, 0)
     generous = [parse_metric_spec("steps.mean_cpu_ms_per_step:50%")]
-    assert compare_summaries(base, current, generous)[0].verdict == OK
+    assert compare(base, current, generous)[0].verdict == OK
 
 
 @pytest.mark.parametrize(
@@ -161,7 +165,7 @@ def test_bootstrap_interval_brackets_the_true_ratio_and_is_seeded():
 
 def test_change_beyond_threshold_inside_the_interval_is_within_noise():
     check = [parse_metric_spec("mean_tpot_ms")]
-    (verdict,) = compare_summaries(
+    (verdict,) = compare(
         synthetic_run(seed=5, trials=20), synthetic_run(seed=6, slowdown=1.06, trials=20), check
     )
     assert verdict.change > 0.05 and verdict.ci_low < 0.05 and verdict.detectable < 0.10
@@ -189,7 +193,7 @@ def test_runs_at_different_gpu_clocks_are_compared_with_a_warning_that_says_so(c
             current["steps"]["gpu_clock"] = clock
         caplog.clear()
         with caplog.at_level("WARNING"):
-            compare_summaries(baseline, current)
+            compare(baseline, current)
         warnings[name] = caplog.text
     assert "different SM clocks (baseline 1500 MHz, sw power cap 99%, current 1980 MHz)" in warnings["free"]
     assert "SM clocks" not in warnings["near"] and "SM clocks" not in warnings["none"]

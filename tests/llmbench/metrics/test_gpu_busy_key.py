@@ -10,7 +10,9 @@ from rich.console import Console
 from llmbench.gate.compare import REGRESSION, compare_summaries, parse_metric_spec
 from llmbench.gate.load import load_summary
 from llmbench.metrics.steps import summarize_steps
+from llmbench.results.ablation import Ablation
 from llmbench.studies.ablation_table import ablation_table
+from tests.llmbench.run_dirs import metrics_with
 
 WRITTEN = Path(__file__).parents[3] / "docs/measurements/h200/field/capacity/summary.json"
 
@@ -47,11 +49,17 @@ def test_compare_reads_the_old_name_in_an_older_baseline(tmp_path):
 
 
 def test_ablation_table_shows_an_older_files_figure_as_step_span_busy():
-    variants = [
-        {"name": "all off", "metrics": {"output_throughput": 100.0}, "steps": {"gpu_busy_fraction": 0.91}},
-        {"name": "all on", "metrics": {"output_throughput": 150.0}, "steps": {"gpu_busy_step_spans": 0.42}},
+    figures = [
+        ("all off", 100.0, {"gpu_busy_fraction": 0.91}),
+        ("all on", 150.0, {"gpu_busy_step_spans": 0.42}),
     ]
+    variants = [
+        {"name": name, "toggles": {}, "run_dir": "", "steps": {"num_steps": 9, **busy}}
+        | {"metrics": metrics_with(output_throughput=throughput)}
+        for name, throughput, busy in figures
+    ]
+    older = Ablation.from_dict({"command": "", "order": ["a"], "complete": True, "variants": variants})
     out = io.StringIO()
-    Console(file=out, width=250).print(ablation_table({"order": ["a"], "variants": variants}))
+    Console(file=out, width=250).print(ablation_table(older))
     text = out.getvalue()
     assert "GPU busy (step spans)" in text and "91.0%" in text and "42.0%" in text

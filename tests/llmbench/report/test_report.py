@@ -182,11 +182,11 @@ def test_incomplete_run_is_recomputed_from_requests(tmp_path):
         f.write('{"id": "req-torn", "tri')  # killed mid-write
 
     run = load_run(cut)
-    assert not run.complete and run.summary["complete"] is False
-    assert run.metrics["completed"] == 12 and run.metrics["failed"] == 1
+    assert not run.complete and run.summary.complete is False
+    assert run.metrics.completed == 12 and run.metrics.failed == 1
     for key in ("output_throughput", "mean_ttft_ms", "p99_itl_ms", "mean_tpot_ms", "request_goodput"):
-        assert run.metrics[key] == pytest.approx(complete.metrics[key])
-    assert run.summary["steps"]["num_steps"] == complete.summary["steps"]["num_steps"]
+        assert run.metrics.value(key) == pytest.approx(complete.metrics.value(key))
+    assert run.summary.steps.num_steps == complete.summary.steps.num_steps
     html = write_report([cut], cut).read_text()
     assert "INCOMPLETE" in html
 
@@ -197,16 +197,17 @@ def test_summary_marked_incomplete_is_recomputed(tmp_path):
     summary.update(complete=False, metrics={})
     (run_dir / "summary.json").write_text(json.dumps(summary))
     run = load_run(run_dir)
-    assert not run.complete and run.metrics["completed"] == 12
-    assert run.summary["environment"]["cpu"] == "test cpu"
+    assert not run.complete and run.metrics.completed == 12
+    assert run.summary.environment.cpu == "test cpu"
 
 
 def test_latency_samples_match_the_summary(tmp_path):
     run = load_run(make_run_dir(tmp_path / "run"))
     assert run.samples["ttft"].size == 12
-    assert run.samples["ttft"].mean() == pytest.approx(run.metrics["mean_ttft_ms"])
-    assert run.samples["itl"].mean() == pytest.approx(run.metrics["mean_itl_ms"])
-    assert run.samples["e2el"].max() == pytest.approx(run.metrics["max_e2el_ms"])
+    latencies = run.metrics.latencies
+    assert run.samples["ttft"].mean() == pytest.approx(latencies.mean_ttft_ms)
+    assert run.samples["itl"].mean() == pytest.approx(latencies.mean_itl_ms)
+    assert run.samples["e2el"].max() == pytest.approx(latencies.max_e2el_ms)
 
 
 def test_several_runs_get_one_row_each_and_unique_labels(tmp_path):

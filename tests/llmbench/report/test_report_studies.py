@@ -7,7 +7,15 @@ from pathlib import Path
 from llmbench.report import write_report
 from llmbench.report.format import number
 from llmbench.report.plots import _waterfall_bottoms
-from tests.llmbench.run_dirs import chart_specs, make_run_dir, study_dir, visible, write_ablation
+from llmbench.results.ablation import Ablation
+from tests.llmbench.run_dirs import (
+    chart_specs,
+    make_run_dir,
+    metrics_with,
+    study_dir,
+    visible,
+    write_ablation,
+)
 
 
 def test_ablation_page_is_built_from_its_variants(tmp_path):
@@ -31,7 +39,11 @@ def test_ablation_trials_show_their_spread(tmp_path):
     data = json.loads((root / "ablation.json").read_text())
     for variant in data["variants"]:
         base = variant["metrics"]["output_throughput"]
-        variant["trials"] = [{"metrics": {"output_throughput": base * f}} for f in (0.9, 1.0, 1.2)]
+        variant["trials"] = [
+            {"trial": t, "run_dir": "", "metrics": variant["metrics"] | {"output_throughput": base * f}}
+            | {"steps": variant["steps"]}
+            for t, f in enumerate((0.9, 1.0, 1.2), start=1)
+        ]
     (root / "ablation.json").write_text(json.dumps(data))
     page = visible(write_report([root], root).read_text())
     low, high = (number(data["variants"][0]["metrics"]["output_throughput"] * f) for f in (0.9, 1.2))
@@ -56,21 +68,32 @@ def collected_results(root: Path) -> Path:
 
     def ablation(busy_key: str, off: float, on: float) -> dict:
         variants = [
-            {"name": name, "toggles": {}, "metrics": {"output_throughput": tok_s}, "steps": steps}
+            {"name": name, "toggles": {}, "metrics": metrics_with(output_throughput=tok_s), "steps": steps}
+            | {"run_dir": ""}
             for name, tok_s, steps in (
-                ("all off", off, {busy_key: 0.861, "mean_gpu_ms": 24.0}),
-                ("all on", on, {busy_key: 0.983, "mean_gpu_ms": 11.0}),
+                ("all off", off, {"num_steps": 9, busy_key: 0.861, "mean_gpu_ms": 24.0}),
+                ("all on", on, {"num_steps": 9, busy_key: 0.983, "mean_gpu_ms": 11.0}),
             )
         ]
-        return {"command": "llmbench ablate configs/llama3-8b-decode.yaml", "order": [], "variants": variants}
+        command = "llmbench ablate configs/llama3-8b-decode.yaml"
+        return {"command": command, "order": [], "complete": True, "variants": variants}
 
     write("ablation.json", ablation("gpu_busy_step_spans", 9949.0, 19031.0))
     write("ablation_slower_host.json", ablation("gpu_busy_fraction", 8940.0, 18981.0))
     environment = {"python": "3.12", "gpu": "NVIDIA H200", "gpu_memory_gb": 139.8, "torch": "2.11"}
-    run = {"config": {"name": "throughput"}, "environment": environment}
+    run = {
+        "name": "throughput",
+        "complete": True,
+        "config": {"name": "throughput"},
+        "environment": environment,
+    }
     write(
         "throughput_bundled.json",
-        {**run, "metrics": {"output_throughput": 10997.0}, "steps": {"mean_gpu_ms": 9.9}},
+        {
+            **run,
+            "metrics": metrics_with(output_throughput=10997.0),
+            "steps": {"num_steps": 9, "mean_gpu_ms": 9.9},
+        },
     )
     profile = Path(__file__).parents[2] / "data" / "nsys" / "profile_all_on.json"
     (root / "profile_all_on.json").write_text(profile.read_text())
@@ -114,7 +137,7 @@ def test_ablation_waterfall(tmp_path):
     assert (run / "ablation_synthetic.png").is_file()  # a CI artifact; the page draws its own bars
     assert "Ablation of synthetic: output throughput by variant" in html and "async_output" in html
 
-    variants = json.loads((run / "ablation.json").read_text())["variants"]
-    values = [v["metrics"]["output_throughput"] for v in variants]
+    variants = Ablation.load(run).variants
+    values = [v.metrics.output_throughput for v in variants]
     # each toggle stands on its predecessor; all on is a whole bar (equal toggles to the last step)
     assert _waterfall_bottoms(variants, values) == [0.0, 100.0, 130.0, 0.0]

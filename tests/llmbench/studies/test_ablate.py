@@ -1,11 +1,15 @@
 import json
 
+import msgspec
 import pytest
 from typer.testing import CliRunner
 
 from llmbench.cli import app
 from llmbench.config.load import parse_config
+from llmbench.results.ablation import Ablation, Trial
+from llmbench.results.metrics import Metrics, type_metrics
 from llmbench.results.records import load_requests
+from llmbench.results.steps import Steps
 from llmbench.results.summary import RunSummary
 from llmbench.studies.ablation import (
     DEFAULT_ORDER,
@@ -17,6 +21,7 @@ from llmbench.studies.ablation import (
     plan,
 )
 from tests.llmbench.null_run import NULL_RUN
+from tests.llmbench.run_dirs import metrics_with
 
 
 def test_order_names_are_checked():
@@ -160,13 +165,9 @@ def test_a_toggle_inside_the_noise_is_shown_as_such():
     from llmbench.studies.ablation import _entries
     from llmbench.studies.ablation_table import ablation_table
 
-    def trial(k: int, throughput: float) -> dict:
-        return {
-            "trial": k,
-            "run_dir": f"d/trial-{k}",
-            "metrics": {"output_throughput": throughput},
-            "steps": {},
-        }
+    def trial(k: int, throughput: float) -> Trial:
+        metrics = msgspec.convert(type_metrics(metrics_with(output_throughput=throughput)), Metrics)
+        return Trial(k, f"d/trial-{k}", metrics, Steps(num_steps=10))
 
     variants = plan(["prefix_caching", "async_output"], leave_one_out=False)
     trials = {
@@ -175,16 +176,17 @@ def test_a_toggle_inside_the_noise_is_shown_as_such():
         "+async_output": [trial(1, 160.0), trial(2, 155.0), trial(3, 150.0)],  # +48%, clear
     }
     entries = _entries(variants, trials, ["prefix_caching", "async_output"])
-    effects = {e["name"]: e.get("vs_previous") for e in entries}
-    assert effects["+prefix_caching"]["within_noise"] is True
-    assert effects["+prefix_caching"]["ratio"] == pytest.approx(105 / 100)
-    assert effects["+async_output"]["within_noise"] is False
-    assert effects["+async_output"]["ratio"] == pytest.approx(155 / 105)
+    effects = {e.name: e.vs_previous for e in entries}
+    assert effects["+prefix_caching"].within_noise is True
+    assert effects["+prefix_caching"].ratio == pytest.approx(105 / 100)
+    assert effects["+async_output"].within_noise is False
+    assert effects["+async_output"].ratio == pytest.approx(155 / 105)
     from rich.console import Console
 
     console = Console(width=250, record=True)
+    order = ["prefix_caching", "async_output"]
     console.print(
-        ablation_table({"order": ["prefix_caching", "async_output"], "repeat": 3, "variants": entries})
+        ablation_table(Ablation(command="", order=order, repeat=3, complete=True, variants=entries))
     )
     text = console.export_text()
     assert "+5% (noise)" in text and "+48%" in text and "+48% (noise)" not in text

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 import llmbench.studies.ablation
 from llmbench.cli import app
+from llmbench.results.ablation import Ablation
 from llmbench.results.summary import RunSummary
 from llmbench.studies.ablation import DEFAULT_ORDER
 from llmbench.studies.ablation_table import ablation_table
@@ -43,7 +44,7 @@ def test_cpu_overhead_preset_adds_the_overlap_toggles_with_graphs_on_throughout(
         "async_scheduling": False,
     }
     console = Console(file=io.StringIO(), width=300, record=True)
-    console.print(ablation_table(ablation))
+    console.print(ablation_table(Ablation.load(out)))
     title = "ablation, preset cpu-overhead (cuda_graphs=True throughout): process_split -> async_output"
     assert title in console.export_text()
     assert (out / "ablation_t.png").is_file()

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from llmbench.backends.client_capacity import capacity_path, choose_workers, load_capacity
 from llmbench.cli import app
 from llmbench.config.load import SHIPPED_CONFIGS, load_config
+from llmbench.results.calibrate import Level
 from llmbench.studies.calibrate import host_capacity
 from tests.llmbench.processes import sigterm_after_first_row
 
@@ -60,8 +61,16 @@ def test_calibrate_measures_the_error_and_climbs_the_ladder(tmp_path, client_cac
     assert "host_capacity_file" not in data and load_capacity() is None
 
 
-def rung(streams: int, chunks_per_s: float, limited: bool = False) -> dict:
-    return {"streams": streams, "chunks_per_s": chunks_per_s, "client_limited": limited}
+def rung(streams: int, chunks_per_s: float, limited: bool = False) -> Level:
+    return Level(
+        streams=streams,
+        workers=1,
+        chunks_per_s=chunks_per_s,
+        mock_chunks_per_s=chunks_per_s,
+        schedule_lag_ms=None,
+        client_limited=limited,
+        reason="schedule lag" if limited else "",
+    )
 
 
 def test_the_figure_kept_is_one_workers_limit_or_a_bound_past_the_estimate(tmp_path, client_cache):
