@@ -19,14 +19,14 @@ import sys
 from pathlib import Path
 
 import torch
-from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.input_batch import prepare_inputs
-from llmbench.engine.llm_engine import LLMEngine
-from llmbench.engine.loader import load_model
-from llmbench.engine.model_facts import resolve_model_facts
-from llmbench.engine.models.source import model_shape
+from llmbench.engine.core.llm_engine import LLMEngine
+from llmbench.engine.execution.input_batch import prepare_inputs
+from llmbench.engine.loading.loader import load_model
+from llmbench.engine.loading.model_facts import resolve_model_facts
+from llmbench.engine.loading.source import model_shape
 from llmbench.engine.request import SamplingParams
+from llmbench.engine.scheduling.batch import ScheduledBatch, ScheduledSeq
 from llmbench.kernels import reference, triton_ops
 
 BLOCK = 16

@@ -37,11 +37,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from llmbench.engine.batch import ScheduledSeq
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.gc_heap import freeze_heap
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.gc_heap import freeze_heap
+from llmbench.engine.core.llm_engine import LLMEngine
 from llmbench.engine.request import SamplingParams
+from llmbench.engine.scheduling.batch import ScheduledSeq
 
 from llmbench.device.environment import command_line
 from llmbench.metrics.steps import cpu_ms

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two versions of some files, measured in turns on one host (A1 B1 A2 B2 ...), so that the host's own
 # drift falls on both alike. VERSION_A and VERSION_B are folders laid out as the checkout (for example
-# VERSION_B/engine/batch.py); each round copies one over the checkout, runs the command with {out}
+# VERSION_B/engine/scheduling/batch.py); each round copies one over the checkout, runs the command with {out}
 # replaced by OUT_DIR/<A|B>_<round> (a path without extension: the command adds its own), and the
 # checkout's files are put back as they were at the end.
 #   bash benchmarks/interleaved_ab.sh ab/A ab/B 3 runs/h200/slotted_entries -- \

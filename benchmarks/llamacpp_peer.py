@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 import httpx
-from llmbench.engine.models.packaged import packaged_model_path
+from llmbench.engine.loading.packaged import packaged_model_path
 
 from llmbench.results.metrics import Metrics
 from llmbench.results.summary import RunSummary

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.llm_engine import LLMEngine
 from llmbench.engine.request import SamplingParams
 
 from llmbench.metrics.requests import arrival_gaps

@@ -35,10 +35,10 @@ from pathlib import Path
 import torch
 import transformers
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
-from llmbench.engine.models.gguf_llama import GGUFLlama
-from llmbench.engine.models.packaged import packaged_model_path
-from llmbench.engine.models.source import model_shape
+from llmbench.engine.core.llm_engine import LLMEngine
+from llmbench.engine.loading.gguf_llama import GGUFLlama
+from llmbench.engine.loading.packaged import packaged_model_path
+from llmbench.engine.loading.source import model_shape
 from llmbench.engine.request import SamplingParams
 from llmbench.engine.serving.tokenizer import TextTokenizer, load_tokenizer
 

@@ -22,11 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-import llmbench.engine.llm_engine as llm_engine
+import llmbench.engine.core.llm_engine as llm_engine
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
-from llmbench.engine.model_facts import resolve_model_facts
-from llmbench.engine.model_runner import ModelRunner
+from llmbench.engine.core.llm_engine import LLMEngine
+from llmbench.engine.execution.model_runner import ModelRunner
+from llmbench.engine.loading.model_facts import resolve_model_facts
 from llmbench.engine.parallel.launch import start_runner
 from llmbench.engine.request import SamplingParams
 

@@ -90,7 +90,7 @@ MAX_ENGINE_TOKENS = 1 << 24  # tokens in a step or a context, far past any model
 @dataclass
 class ModelConfig:
     """Which weights to run, and where. `preset` names a shape with seeded random weights
-    (engine/models/shape.py PRESETS) or a packaged real model (engine/models/packaged.py); `path` is a
+    (engine/models/shape.py PRESETS) or a packaged real model (engine/loading/packaged.py); `path` is a
     local HF-format directory or a Llama .gguf file and wins over preset."""
 
     preset: str | None = "tiny"

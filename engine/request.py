@@ -17,7 +17,9 @@ class FinishReason(str, Enum):
     ERROR = "error"  # bad input for this request (empty prompt, token id out of vocabulary, ...)
 
 
-@dataclass(frozen=True, slots=True)  # read for every running sequence each step: engine/batch.py says why
+@dataclass(
+    frozen=True, slots=True
+)  # read for every running sequence each step: engine/scheduling/batch.py says why
 class SamplingParams:
     max_tokens: int = 16
     temperature: float = 0.0  # 0 = greedy

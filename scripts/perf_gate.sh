@@ -69,8 +69,8 @@ inject_at="${PERF_GATE_INJECT_AT:-schedule}"
 [[ -z "$inject_us" || -z "$inject_loops" ]] \
     || fail_usage "PERF_GATE_INJECT_US and PERF_GATE_INJECT_LOOPS: one or the other"
 case "$inject_at" in
-    schedule) inject_file=engine/scheduler.py inject_class=Scheduler inject_method=schedule ;;
-    prepare) inject_file=engine/input_batch.py inject_class=InputBuffers inject_method=prepare ;;
+    schedule) inject_file=engine/scheduling/scheduler.py inject_class=Scheduler inject_method=schedule ;;
+    prepare) inject_file=engine/execution/input_batch.py inject_class=InputBuffers inject_method=prepare ;;
     *) fail_usage "PERF_GATE_INJECT_AT takes schedule or prepare" ;;
 esac
 inject="${inject_us}${inject_loops}"

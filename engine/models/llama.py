@@ -12,11 +12,11 @@ import math
 from types import ModuleType
 
 import torch
-from llmbench.engine.kv_pool import KVCache
+from llmbench.engine.execution.kv_pool import KVCache
+from llmbench.engine.execution.step_layout import AttentionMetadata
 from llmbench.engine.models.shape import LlamaShape
 from llmbench.engine.parallel.group import LOCAL, Group
 from llmbench.engine.parallel.vocab_embedding import VocabParallelEmbedding
-from llmbench.engine.step_layout import AttentionMetadata
 from llmbench.kernels import reference
 from llmbench.kernels.attention_split import split_attention
 from torch import nn

@@ -1,6 +1,6 @@
 """The Llama family's dimensions (LlamaShape, with the named presets) and what a forward costs in FLOPs
 and bytes per token, which the step accounting and the roofline bound use. Where a model's shape is read
-from is engine/models/source.py."""
+from is engine/loading/source.py."""
 
 from __future__ import annotations
 

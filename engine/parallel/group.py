@@ -19,9 +19,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from llmbench.engine.config import EngineConfig
-from llmbench.engine.nvtx_ranges import nvtx_ranges, phase_range
+from llmbench.engine.execution.step_layout import StepLayout
+from llmbench.engine.observe.nvtx_ranges import nvtx_ranges, phase_range
 from llmbench.engine.parallel.liveness import STOP_WAIT_S, Heartbeats, WorkerProcesses
-from llmbench.engine.step_layout import StepLayout
 
 STEP_TIMEOUT_S = 8.0
 STARTUP_TIMEOUT = timedelta(minutes=10)  # weights load and kernels compile at different speeds per rank

@@ -19,9 +19,9 @@ from typing import TypeVar
 
 import torch
 import torch.distributed as dist
-from llmbench.engine import core_messages as msg
 from llmbench.engine.config import EngineConfig
-from llmbench.engine.model_facts import ModelFacts
+from llmbench.engine.core import core_messages as msg
+from llmbench.engine.loading.model_facts import ModelFacts
 from llmbench.engine.models.shape import LlamaShape
 from llmbench.engine.parallel.group import STARTUP_TIMEOUT, TensorParallelError, TPGroup, packed_capacity
 from llmbench.engine.parallel.liveness import STOP_WAIT_S, WorkerProcesses

@@ -15,12 +15,12 @@ import time
 
 import torch
 import torch.distributed as dist
-from llmbench.engine import core_messages as msg
-from llmbench.engine.model_facts import resolve_model_facts
-from llmbench.engine.model_runner import ModelRunner
+from llmbench.engine.core import core_messages as msg
+from llmbench.engine.execution.model_runner import ModelRunner
+from llmbench.engine.execution.step_layout import unpack
+from llmbench.engine.loading.model_facts import resolve_model_facts
 from llmbench.engine.parallel.group import STARTUP_TIMEOUT, TPGroup, packed_capacity
 from llmbench.engine.parallel.launch import ARRIVED
-from llmbench.engine.step_layout import unpack
 
 PARENT_CHECK_S = 0.5
 

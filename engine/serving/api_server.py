@@ -20,8 +20,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from llmbench.engine.config import EngineConfig
-from llmbench.engine.gc_heap import freeze_heap
-from llmbench.engine.models.source import model_shape, resolve_max_model_len
+from llmbench.engine.core.gc_heap import freeze_heap
+from llmbench.engine.loading.source import model_shape, resolve_max_model_len
 from llmbench.engine.serving import inputs
 from llmbench.engine.serving.engine_loop import EngineDeadError, EngineLoop
 from llmbench.engine.serving.generation import ClientGone, Generation, RequestRejected

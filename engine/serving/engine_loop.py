@@ -2,7 +2,7 @@
 outputs to the asyncio event loop in one call. In-process (engine.process_split off) that thread steps
 the LLMEngine itself, so scheduling, execution and output processing compete with HTTP and
 detokenization for the GIL (vLLM 0.5.3's shape); split, it only moves messages to and from the engine
-core process (engine/core_client.py) and waits with the GIL released.
+core process (engine/core/core_client.py) and waits with the GIL released.
 
 The event loop never touches the engine: requests and aborts cross to the thread in a queue and are
 applied between steps. When the engine fails (an exception, or the core process dying) every stream
@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from llmbench.engine.check import assert_engine_empty
 from llmbench.engine.config import EngineConfig
-from llmbench.engine.core_client import EngineCoreClient
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.core_client import EngineCoreClient
+from llmbench.engine.core.llm_engine import LLMEngine
+from llmbench.engine.observe.timing import StepRecord
 from llmbench.engine.profiler import ProfileAnswer
 from llmbench.engine.request import RequestOutput, SamplingParams
-from llmbench.engine.timing import StepRecord
+from llmbench.engine.scheduling.check import assert_engine_empty
 
 logger = logging.getLogger(__name__)
 

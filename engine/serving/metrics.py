@@ -10,7 +10,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from itertools import accumulate
 
-from llmbench.engine.timing import StepRecord
+from llmbench.engine.observe.timing import StepRecord
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily
 

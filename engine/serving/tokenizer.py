@@ -1,9 +1,10 @@
 """The server's tokenizer: model.tokenizer, the model directory's tokenizer.json, a GGUF's own (built
-from its metadata, gguf_tokenizer.py), or for a preset the synthetic byte-level BPE of its vocabulary
-(engine/serving/synthetic_bpe.py). Chat prompts are rendered with the model's chat template, found as
-transformers finds it: a file model.chat_template names, else chat_template.jinja beside the tokenizer
-(transformers 5 saves it there), else tokenizer_config.json's chat_template, else the GGUF's. With none,
-a plain role-tagged template is used and the start-up log says so once (GET /v1/models says it too)."""
+from its metadata, engine/loading/gguf_tokenizer.py), or for a preset the synthetic byte-level BPE of its
+vocabulary (engine/serving/synthetic_bpe.py). Chat prompts are rendered with the model's chat template,
+found as transformers finds it: a file model.chat_template names, else chat_template.jinja beside the
+tokenizer (transformers 5 saves it there), else tokenizer_config.json's chat_template, else the GGUF's.
+With none, a plain role-tagged template is used and the start-up log says so once (GET /v1/models says
+it too)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from llmbench.engine.config import ModelConfig
-from llmbench.engine.models.packaged import is_gguf, weights_path
+from llmbench.engine.loading.packaged import is_gguf, weights_path
 from llmbench.engine.models.shape import LlamaShape
 from llmbench.engine.serving.synthetic_bpe import synthetic_tokenizer
 from tokenizers import Tokenizer
@@ -93,8 +94,8 @@ def load_tokenizer(model: ModelConfig, shape: LlamaShape) -> TextTokenizer:
         tokenizer = synthetic_tokenizer(shape.vocab_size, shape.bos_token_id, shape.eos_token_id)
         return TextTokenizer(tokenizer, shape, *_named_template(model))
     if model.tokenizer is None and is_gguf(weights):
-        from llmbench.engine.models.gguf_file import GGUFFile  # numpy and gguf: only for a GGUF
-        from llmbench.engine.serving.gguf_tokenizer import gguf_chat_template, gguf_tokenizer
+        from llmbench.engine.loading.gguf_file import GGUFFile  # numpy and gguf: only for a GGUF
+        from llmbench.engine.loading.gguf_tokenizer import gguf_chat_template, gguf_tokenizer
 
         metadata = GGUFFile(weights).metadata
         template, source = _named_template(model)

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterable
 
 from llmbench.backends.base import ModelInfo
 from llmbench.config.schema import RunConfig
-from llmbench.engine.check import assert_engine_empty
-from llmbench.engine.core_client import EngineCoreClient
-from llmbench.engine.core_process import make_step_hook
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.core_client import EngineCoreClient
+from llmbench.engine.core.core_process import make_step_hook
+from llmbench.engine.core.llm_engine import LLMEngine
 from llmbench.engine.request import RequestOutput, SamplingParams
+from llmbench.engine.scheduling.check import assert_engine_empty
 
 
 class BundledBackend:
@@ -24,8 +24,9 @@ class BundledBackend:
     step_hook: str | None = None  # also for a subclass with an __init__ of its own
 
     def __init__(self, step_hook: str | None = None):
-        """step_hook: "module:function" making what the engine calls at each step (engine/core_process.py),
-        as `llmbench profile`'s window: named, not passed, since a split core makes it in its own process."""
+        """step_hook: "module:function" making what the engine calls at each step
+        (engine/core/core_process.py), as `llmbench profile`'s window: named, not passed, since a split core
+        makes it in its own process."""
         self.step_hook = step_hook
 
     def start(self, config: RunConfig) -> None:

@@ -19,8 +19,8 @@ import torch
 
 from llmbench.backends.base import ModelInfo
 from llmbench.config.schema import RunConfig
-from llmbench.engine.loader import hf_tensor_names, load_model
-from llmbench.engine.model_facts import resolve_model_facts
+from llmbench.engine.loading.loader import hf_tensor_names, load_model
+from llmbench.engine.loading.model_facts import resolve_model_facts
 from llmbench.engine.models.shape import LlamaShape
 from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
 

@@ -28,7 +28,7 @@ from llmbench.backends.openai_stream import StreamParser
 from llmbench.backends.openai_workers import WorkerPool
 from llmbench.backends.prompt_text import PromptText
 from llmbench.config.schema import RunConfig
-from llmbench.engine.models.source import model_shape, resolve_max_model_len
+from llmbench.engine.loading.source import model_shape, resolve_max_model_len
 from llmbench.engine.request import RequestOutput, SamplingParams
 
 logger = logging.getLogger(__name__)

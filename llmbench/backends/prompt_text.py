@@ -7,7 +7,7 @@ workload asked for: vLLM's random dataset does the same dance."""
 from __future__ import annotations
 
 from llmbench.config.schema import RunConfig
-from llmbench.engine.models.source import model_shape
+from llmbench.engine.loading.source import model_shape
 
 MAX_ROUNDS = 64
 

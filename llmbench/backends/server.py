@@ -22,8 +22,8 @@ import yaml
 
 from llmbench.backends.openai import OpenAIBackend
 from llmbench.config.schema import RunConfig
+from llmbench.engine.observe.timing import StepRecord
 from llmbench.engine.request import RequestOutput, SamplingParams
-from llmbench.engine.timing import StepRecord
 
 logger = logging.getLogger(__name__)
 

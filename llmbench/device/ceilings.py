@@ -20,7 +20,7 @@ import torch
 from llmbench.config.schema import RunConfig
 from llmbench.device.clocks import ClockSampler, clock_reading, device_sampler
 from llmbench.device.nvml import NvmlUnavailable, open_reader
-from llmbench.engine.model_facts import resolve_model_facts
+from llmbench.engine.loading.model_facts import resolve_model_facts
 
 logger = logging.getLogger(__name__)
 

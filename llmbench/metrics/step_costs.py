@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmbench.engine.config import ModelConfig
+from llmbench.engine.loading.source import model_shape
 from llmbench.engine.models.shape import LlamaShape
-from llmbench.engine.models.source import model_shape
 
 DEFAULT_PEAK_BANDWIDTH = 4.2e12  # bytes/s, H200 default (HBM3e, measured-copy scale)
 DEFAULT_PEAK_FLOPS = 7.84e14  # FLOP/s, H200 default (dense bf16)

@@ -10,7 +10,7 @@ import logging
 import re
 from pathlib import Path
 
-from llmbench.engine.nvtx_ranges import DOMAIN
+from llmbench.engine.observe.nvtx_ranges import DOMAIN
 from llmbench.metrics.steps import merge_intervals
 from llmbench.profiling.kernel_kinds import kernel_kinds
 

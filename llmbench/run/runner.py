@@ -22,7 +22,7 @@ from llmbench.backends.server_profile import ServerProfiler
 from llmbench.config.schema import RunConfig
 from llmbench.device.ceilings import run_ceilings, run_clock_sampler
 from llmbench.device.environment import collect_environment
-from llmbench.engine.gc_heap import freeze_heap
+from llmbench.engine.core.gc_heap import freeze_heap
 from llmbench.metrics.client import client_summary
 from llmbench.metrics.models import per_model_metrics
 from llmbench.metrics.requests import compute_metrics

@@ -48,7 +48,7 @@ class SampleCatcher:
         tokenizer of the model's own or tokens."""
         if not any(self._outputs.values()) or not has_own_tokenizer(config):
             return []
-        from llmbench.engine.models.source import model_shape
+        from llmbench.engine.loading.source import model_shape
         from llmbench.engine.serving.tokenizer import load_tokenizer
 
         try:
@@ -73,7 +73,7 @@ class SampleCatcher:
 
 
 def has_own_tokenizer(config: RunConfig) -> bool:
-    from llmbench.engine.models.packaged import weights_path
+    from llmbench.engine.loading.packaged import weights_path
 
     return config.model.tokenizer is not None or weights_path(config.model) is not None
 

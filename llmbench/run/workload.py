@@ -227,7 +227,7 @@ def load_tokenizer(config: RunConfig) -> Tokenizer:
 
     path = config.workload.dataset.tokenizer or config.model.tokenizer
     if path is None:
-        from llmbench.engine.models.source import model_shape
+        from llmbench.engine.loading.source import model_shape
         from llmbench.engine.serving.tokenizer import load_tokenizer as model_tokenizer
 
         try:
@@ -255,7 +255,7 @@ def read_dataset_json(config: RunConfig) -> object:
 
 
 def _tokenizer_name(config: RunConfig) -> str:
-    from llmbench.engine.models.packaged import is_gguf, weights_path
+    from llmbench.engine.loading.packaged import is_gguf, weights_path
 
     weights = weights_path(config.model)
     if weights is None:

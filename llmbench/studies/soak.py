@@ -16,20 +16,20 @@ import numpy as np
 from rich.table import Table
 
 from llmbench.config.load import parse_config
-from llmbench.engine.check import (
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.loading.source import model_shape
+from llmbench.engine.request import FinishReason, SamplingParams
+from llmbench.engine.scheduling.check import (
     assert_batch_within_blocks,
     assert_block_manager_consistent,
     assert_engine_empty,
 )
-from llmbench.engine.config import EngineConfig
-from llmbench.engine.models.source import model_shape
-from llmbench.engine.request import FinishReason, SamplingParams
 
 if TYPE_CHECKING:
     import torch
 
-    from llmbench.engine.batch import ScheduledBatch
-    from llmbench.engine.llm_engine import LLMEngine
+    from llmbench.engine.core.llm_engine import LLMEngine
+    from llmbench.engine.scheduling.batch import ScheduledBatch
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def run_pool(
     """Feed the workload in bursts between steps (0-8 new requests before each step, seeded) until
     the engine drains; also returns the final tokens of each request by id."""
     # the engine (and torch) load here, so `llmbench soak` reports bad settings without them
-    from llmbench.engine.llm_engine import LLMEngine
+    from llmbench.engine.core.llm_engine import LLMEngine
 
     engine = LLMEngine(config)
     if check_every_step:

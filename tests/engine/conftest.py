@@ -5,8 +5,8 @@ purpose says so with @pytest.mark.leaves_work. And the saved HF checkpoint the a
 from __future__ import annotations
 
 import pytest
-from llmbench.engine.check import assert_engine_empty
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.llm_engine import LLMEngine
+from llmbench.engine.scheduling.check import assert_engine_empty
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -4,7 +4,7 @@ each forward moving that clock, so GPU spans are known to the millisecond on the
 
 from __future__ import annotations
 
-from llmbench.engine.timing import GpuTimer
+from llmbench.engine.observe.timing import GpuTimer
 
 from tests.engine.helpers import model_engine
 

@@ -8,7 +8,7 @@ import random
 import time
 
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.llm_engine import LLMEngine
 from llmbench.engine.models.shape import PRESETS
 from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
 from llmbench.kernels import attention_split

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import torch
 import transformers
-from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
-from llmbench.engine.check import assert_engine_empty
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.input_batch import prepare_inputs
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.llm_engine import LLMEngine
+from llmbench.engine.execution.input_batch import prepare_inputs
 from llmbench.engine.models.llama import LlamaForCausalLM
 from llmbench.engine.request import SamplingParams
+from llmbench.engine.scheduling.batch import ScheduledBatch, ScheduledSeq
+from llmbench.engine.scheduling.check import assert_engine_empty
 
 HF_TINY = dict(
     hidden_size=64,

@@ -4,7 +4,7 @@ back). Either way step n+1's decodes are fed from step n's tokens on the device;
 token-identical to the synchronous loop, and a token sampled after a sequence's stop is never emitted."""
 
 import pytest
-from llmbench.engine.in_flight import InFlightStep
+from llmbench.engine.outputs.in_flight import InFlightStep
 from llmbench.engine.request import FinishReason, SamplingParams
 
 from tests.engine.helpers import model_engine, null_engine, results, run, with_stops, workload

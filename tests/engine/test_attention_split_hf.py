@@ -3,7 +3,7 @@ expected tokens of test_engine_hf): fresh prompts through SDPA (prefill_attentio
 of mixed steps through the decode kernel."""
 
 import pytest
-from llmbench.engine import model_runner
+from llmbench.engine.execution import model_runner
 from llmbench.kernels import attention_split
 
 from tests.engine.helpers import count_sdpa_calls

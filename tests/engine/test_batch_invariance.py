@@ -5,7 +5,7 @@ shares each forward with). On GPU in bf16 this does not hold in general; see REA
 import numpy as np
 import pytest
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.llm_engine import LLMEngine
 from llmbench.engine.request import SamplingParams
 
 NUM_OTHERS = 32

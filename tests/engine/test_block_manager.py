@@ -2,11 +2,11 @@ import hashlib
 import struct
 
 import pytest
-from llmbench.engine import block_manager
-from llmbench.engine.block_manager import BlockManager
-from llmbench.engine.check import assert_block_manager_consistent
 from llmbench.engine.request import SamplingParams
-from llmbench.engine.sequence import Sequence
+from llmbench.engine.scheduling import block_manager
+from llmbench.engine.scheduling.block_manager import BlockManager
+from llmbench.engine.scheduling.check import assert_block_manager_consistent
+from llmbench.engine.scheduling.sequence import Sequence
 
 BLOCK_SIZE = 4
 

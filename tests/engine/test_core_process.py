@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.core_client import EngineCoreClient, EngineCoreError
-from llmbench.engine.gc_heap import YOUNG_GC_THRESHOLD
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.core_client import EngineCoreClient, EngineCoreError
+from llmbench.engine.core.gc_heap import YOUNG_GC_THRESHOLD
+from llmbench.engine.core.llm_engine import LLMEngine
 from llmbench.engine.request import FinishReason, SamplingParams
 
 from tests.engine.helpers import drain, process_gone, run_to_completion
@@ -105,7 +105,7 @@ def test_core_exits_when_its_parent_dies(tmp_path):
         """
         import os
         from llmbench.engine.config import EngineConfig, ModelConfig
-        from llmbench.engine.core_client import EngineCoreClient
+        from llmbench.engine.core.core_client import EngineCoreClient
         config = EngineConfig(model=ModelConfig(preset="tiny", device="cpu"), process_split=True)
         core = EngineCoreClient(config)
         print(core._process.pid, flush=True)

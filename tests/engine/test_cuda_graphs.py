@@ -6,14 +6,14 @@ import random
 
 import pytest
 import torch
-from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.cuda_graphs import DecodeGraphs, graph_bucket
-from llmbench.engine.input_batch import InputBuffers
-from llmbench.engine.llm_engine import LLMEngine
-from llmbench.engine.loader import load_model
-from llmbench.engine.model_facts import resolve_model_facts
+from llmbench.engine.core.llm_engine import LLMEngine
+from llmbench.engine.execution.cuda_graphs import DecodeGraphs, graph_bucket
+from llmbench.engine.execution.input_batch import InputBuffers
+from llmbench.engine.loading.loader import load_model
+from llmbench.engine.loading.model_facts import resolve_model_facts
 from llmbench.engine.request import SamplingParams
+from llmbench.engine.scheduling.batch import ScheduledBatch, ScheduledSeq
 
 from tests.engine.device_ops import DeviceOps
 

@@ -1,14 +1,14 @@
 import math
 
 import pytest
-from llmbench.engine.check import assert_engine_empty
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
-from llmbench.engine.model_facts import resolve_model_facts
+from llmbench.engine.core.llm_engine import LLMEngine
+from llmbench.engine.execution.null_executor import NullExecutor
+from llmbench.engine.loading.model_facts import resolve_model_facts
 from llmbench.engine.models.shape import PRESETS
-from llmbench.engine.null_executor import NullExecutor
+from llmbench.engine.observe.timing import StepRecord
 from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
-from llmbench.engine.timing import StepRecord
+from llmbench.engine.scheduling.check import assert_engine_empty
 
 TINY = PRESETS["tiny"]
 

@@ -5,13 +5,13 @@ import json
 
 import pytest
 import torch
-from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.kernel_choice import select_ops
-from llmbench.engine.kv_pool import KVPool
-from llmbench.engine.model_facts import resolve_model_facts
-from llmbench.engine.model_runner import ModelRunner
+from llmbench.engine.execution.kernel_choice import select_ops
+from llmbench.engine.execution.kv_pool import KVPool
+from llmbench.engine.execution.model_runner import ModelRunner
+from llmbench.engine.loading.model_facts import resolve_model_facts
 from llmbench.engine.request import SamplingParams
+from llmbench.engine.scheduling.batch import ScheduledBatch, ScheduledSeq
 from llmbench.kernels import reference, triton_ops
 
 from tests.engine.hf_reference import GREEDY, MAX_NEW, engine_for, make_prompts, run

@@ -9,14 +9,14 @@ import math
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from llmbench.engine.check import (
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.core.llm_engine import LLMEngine
+from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
+from llmbench.engine.scheduling.check import (
     assert_batch_within_blocks,
     assert_block_manager_consistent,
     assert_engine_empty,
 )
-from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
-from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
 
 MAX_MODEL_LEN = 48
 

@@ -5,7 +5,7 @@ kernel compiled after the engine started."""
 
 import pytest
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.llm_engine import LLMEngine
 from llmbench.kernels import flash_attention
 
 from tests.engine.hf_reference import GREEDY, make_prompts, run

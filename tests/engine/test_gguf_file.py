@@ -7,8 +7,8 @@ import pytest
 
 gguf = pytest.importorskip("gguf", reason="gguf not installed (pip install 'llmbench[real]')")
 
-from llmbench.engine.models.gguf_file import SUPPORTED_TYPES, GGUFError, GGUFFile  # noqa: E402
-from llmbench.engine.models.gguf_llama import GGUFLlama  # noqa: E402
+from llmbench.engine.loading.gguf_file import SUPPORTED_TYPES, GGUFError, GGUFFile  # noqa: E402
+from llmbench.engine.loading.gguf_llama import GGUFLlama  # noqa: E402
 
 QUANTIZED = [t for t in SUPPORTED_TYPES if t not in ("F32", "F16", "BF16")]
 HIDDEN, HEADS, KV_HEADS, FFN, VOCAB = 256, 4, 2, 256, 256  # rows of 256 fill the K-quant blocks

@@ -5,10 +5,10 @@ import random
 
 import pytest
 import torch
-from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
-from llmbench.engine.block_tables import BlockTables
-from llmbench.engine.input_batch import InputBuffers
+from llmbench.engine.execution.block_tables import BlockTables
+from llmbench.engine.execution.input_batch import InputBuffers
 from llmbench.engine.request import SamplingParams
+from llmbench.engine.scheduling.batch import ScheduledBatch, ScheduledSeq
 
 from tests.engine.device_ops import DeviceOps
 

@@ -5,10 +5,10 @@ import json
 import pytest
 import torch
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.loader import load_model
-from llmbench.engine.model_facts import resolve_model_facts
+from llmbench.engine.loading.loader import load_model
+from llmbench.engine.loading.model_facts import resolve_model_facts
+from llmbench.engine.loading.source import model_shape
 from llmbench.engine.models.shape import PRESETS
-from llmbench.engine.models.source import model_shape
 from safetensors.torch import load_file, save_file
 
 from tests.engine.hf_reference import VARIANTS, PagedRun, hf_logits, hf_model, prompts

@@ -4,7 +4,7 @@ flattened into one paged batch, chunked prefill over a cached prefix, and paged 
 import pytest
 import torch
 import transformers
-from llmbench.engine.loader import hf_tensor_names
+from llmbench.engine.loading.loader import hf_tensor_names
 from llmbench.engine.models.llama import LlamaForCausalLM, rope_cos_sin_cache
 from llmbench.engine.models.shape import LlamaShape
 

@@ -3,11 +3,11 @@ whatever the window cuts through (stops, max_tokens, min_tokens, preemption, chu
 
 import pytest
 import torch
-from llmbench.engine.batch import ScheduledBatch, ScheduledSeq
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.model_facts import resolve_model_facts
-from llmbench.engine.null_executor import NullExecutor
+from llmbench.engine.execution.null_executor import NullExecutor
+from llmbench.engine.loading.model_facts import resolve_model_facts
 from llmbench.engine.request import FinishReason, SamplingParams
+from llmbench.engine.scheduling.batch import ScheduledBatch, ScheduledSeq
 
 from tests.engine.helpers import TINY_SHAPE, model_engine, null_engine, results, run, with_stops, workload
 

@@ -6,11 +6,11 @@ import time
 
 import pytest
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.input_batch import InputBuffers
-from llmbench.engine.llm_engine import LLMEngine
-from llmbench.engine.null_executor import SimulatedForwards
+from llmbench.engine.core.llm_engine import LLMEngine
+from llmbench.engine.execution.input_batch import InputBuffers
+from llmbench.engine.execution.null_executor import SimulatedForwards
+from llmbench.engine.execution.sampler import Sampler
 from llmbench.engine.request import SamplingParams
-from llmbench.engine.sampler import Sampler
 
 
 @pytest.mark.parametrize("num_steps", [1, 4])

@@ -3,8 +3,8 @@ install command (exit 2 at the CLI) where the package is absent."""
 
 import pytest
 from llmbench.engine.config import ModelConfig
-from llmbench.engine.models import packaged
-from llmbench.engine.models.source import model_shape
+from llmbench.engine.loading import packaged
+from llmbench.engine.loading.source import model_shape
 from typer.testing import CliRunner
 
 from llmbench.cli.app import app

@@ -22,12 +22,12 @@ gguf = pytest.importorskip("gguf", reason="gguf not installed (pip install 'llmb
 pytest.importorskip("accelerate", reason="transformers reads a GGUF only with accelerate installed")
 
 from llmbench.engine.config import EngineConfig, ModelConfig  # noqa: E402
-from llmbench.engine.llm_engine import LLMEngine  # noqa: E402
-from llmbench.engine.models.gguf_file import GGUFFile  # noqa: E402
-from llmbench.engine.models.gguf_llama import GGUFLlama  # noqa: E402
-from llmbench.engine.models.packaged import PACKAGED, packaged_model_path  # noqa: E402
+from llmbench.engine.core.llm_engine import LLMEngine  # noqa: E402
+from llmbench.engine.loading.gguf_file import GGUFFile  # noqa: E402
+from llmbench.engine.loading.gguf_llama import GGUFLlama  # noqa: E402
+from llmbench.engine.loading.gguf_tokenizer import gguf_chat_template, gguf_tokenizer  # noqa: E402
+from llmbench.engine.loading.packaged import PACKAGED, packaged_model_path  # noqa: E402
 from llmbench.engine.request import SamplingParams  # noqa: E402
-from llmbench.engine.serving.gguf_tokenizer import gguf_chat_template, gguf_tokenizer  # noqa: E402
 from llmbench.engine.serving.tokenizer import TextTokenizer  # noqa: E402
 
 PRESET = "smollm2-135m"

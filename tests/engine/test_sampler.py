@@ -2,11 +2,11 @@ import math
 
 import pytest
 import torch
-from llmbench.engine.batch import ScheduledSeq
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.llm_engine import LLMEngine
+from llmbench.engine.execution.sampler import Sampler
 from llmbench.engine.request import SamplingParams
-from llmbench.engine.sampler import Sampler
+from llmbench.engine.scheduling.batch import ScheduledSeq
 
 EOS = 2
 CPU = torch.device("cpu")

@@ -1,15 +1,15 @@
 import pytest
-from llmbench.engine.block_manager import BlockManager
-from llmbench.engine.check import (
+from llmbench.engine.config import EngineConfig, ModelConfig
+from llmbench.engine.core.llm_engine import LLMEngine
+from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
+from llmbench.engine.scheduling.block_manager import BlockManager
+from llmbench.engine.scheduling.check import (
     assert_batch_within_blocks,
     assert_block_manager_consistent,
     assert_engine_empty,
 )
-from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
-from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
-from llmbench.engine.scheduler import Scheduler
-from llmbench.engine.sequence import Sequence
+from llmbench.engine.scheduling.scheduler import Scheduler
+from llmbench.engine.scheduling.sequence import Sequence
 
 GREEDY = SamplingParams(max_tokens=4, ignore_eos=True)
 

@@ -5,7 +5,7 @@ worker from the step's buffer read back; the tokens equal one rank's with the pa
 import random
 
 from llmbench.engine.config import EngineConfig
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.llm_engine import LLMEngine
 
 from tests.engine.helpers import TINY_CPU, count_sdpa_calls
 from tests.engine.hf_reference import GREEDY, run

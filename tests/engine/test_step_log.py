@@ -3,10 +3,10 @@ entries, which the scheduler refills in turn: it must still be the shape the ste
 records are drained at the end or during later steps' waits."""
 
 import pytest
-from llmbench.engine.check import assert_engine_empty
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.llm_engine import LLMEngine
 from llmbench.engine.request import SamplingParams
+from llmbench.engine.scheduling.check import assert_engine_empty
 
 
 def shapes_at_schedule(engine: LLMEngine) -> list[tuple[int, int, int, int]]:

@@ -5,8 +5,8 @@ logic runs here on fake events driven by a fake device clock, in the real engine
 import math
 
 import pytest
+from llmbench.engine.observe.timing import RESOLVE_EVERY, GpuTimer, StepRecord
 from llmbench.engine.request import SamplingParams
-from llmbench.engine.timing import RESOLVE_EVERY, GpuTimer, StepRecord
 
 from tests.engine.fake_device import (
     FORWARD_MS,

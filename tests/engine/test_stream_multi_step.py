@@ -3,11 +3,11 @@ equal transformers' under forced preemption and aborts, each forward's tokens le
 the next forward runs, and a run's token_times inside a window are distinct arrivals."""
 
 import pytest
-from llmbench.engine.check import assert_engine_empty
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.core_client import EngineCoreClient
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.core_client import EngineCoreClient
+from llmbench.engine.core.llm_engine import LLMEngine
 from llmbench.engine.request import FinishReason, SamplingParams
+from llmbench.engine.scheduling.check import assert_engine_empty
 
 from llmbench.config.load import parse_config
 from llmbench.results.records import load_requests

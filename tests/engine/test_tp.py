@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 from llmbench.engine.config import ConfigError, EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.llm_engine import LLMEngine
 from llmbench.engine.models.shape import PRESETS
 from llmbench.engine.parallel import launch
 from llmbench.engine.parallel.group import STEP_TIMEOUT_S, TensorParallelError, TPGroup, packed_capacity
@@ -254,7 +254,7 @@ def test_workers_exit_when_their_parent_is_killed(tmp_path):
         """
         import sys, time
         from llmbench.engine.config import EngineConfig, ModelConfig
-        from llmbench.engine.llm_engine import LLMEngine
+        from llmbench.engine.core.llm_engine import LLMEngine
         from llmbench.engine.request import SamplingParams
         engine = LLMEngine(EngineConfig(model=ModelConfig(preset="tiny", device="cpu", dtype="float32"),
                                         tensor_parallel_size=2))

@@ -5,8 +5,8 @@ chunk another (on the CPU), the refusal where the kernels cannot run, and, where
 import pytest
 import torch
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.model_facts import resolve_model_facts
-from llmbench.engine.model_runner import ModelRunner
+from llmbench.engine.execution.model_runner import ModelRunner
+from llmbench.engine.loading.model_facts import resolve_model_facts
 from llmbench.kernels import flash_attention, triton_ops
 
 from tests.kernels.paged_kv import DECODE_STEP, plan_on_cpu, split_and_reference

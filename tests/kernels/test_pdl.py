@@ -4,7 +4,7 @@ always go together, the engine switch, and (on Hopper) that it changes no token.
 import pytest
 import torch
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.llm_engine import LLMEngine
 from llmbench.engine.request import SamplingParams
 from llmbench.kernels import pdl
 

@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 from llmbench.engine.config import EngineConfig
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.llm_engine import LLMEngine
 from llmbench.engine.request import SamplingParams
 from llmbench.engine.serving.engine_loop import RECORDS_EVERY_S
 from llmbench.engine.serving.generation import Choice

@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("gguf", reason="gguf not installed (pip install gguf, llmbench's [real] extra)")
 pytest.importorskip("transformers")
 
-from llmbench.engine.models.packaged import PACKAGED, packaged_model_path  # noqa: E402
-from llmbench.engine.models.source import model_shape  # noqa: E402
+from llmbench.engine.loading.packaged import PACKAGED, packaged_model_path  # noqa: E402
+from llmbench.engine.loading.source import model_shape  # noqa: E402
 from llmbench.engine.request import SamplingParams  # noqa: E402
 from llmbench.engine.serving.tokenizer import load_tokenizer  # noqa: E402
 

@@ -48,7 +48,7 @@ def copy_tree(dest: Path) -> Path:
 @needs_valgrind
 def test_a_slowed_scheduler_counts_more_instructions_a_step_and_fails_the_gate(tmp_path):
     slowed = copy_tree(tmp_path / "slowed")
-    with open(slowed / "engine" / "scheduler.py", "a") as f:
+    with open(slowed / "engine" / "scheduling" / "scheduler.py", "a") as f:
         f.write(SLOWED)
     config = yaml.safe_load((ROOT / "configs" / "ci.yaml").read_text())
     config["workload"].update(num_requests=40, warmup_requests=4)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
-from llmbench.engine.nvtx_ranges import nvtx_ranges
+from llmbench.engine.core.llm_engine import LLMEngine
+from llmbench.engine.observe.nvtx_ranges import nvtx_ranges
 from llmbench.engine.request import SamplingParams
 from typer.testing import CliRunner
 
@@ -110,7 +110,7 @@ NVTX_HEADERS = sorted(glob.glob("/usr/local/cuda*/include/nvtx3/nvToolsExt.h"))
 
 ENGINE_STEPS = """
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.llm_engine import LLMEngine
 from llmbench.engine.request import SamplingParams
 
 engine = LLMEngine(EngineConfig(model=ModelConfig(preset="tiny", executor="null")))

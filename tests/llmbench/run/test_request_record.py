@@ -4,7 +4,7 @@ import time
 
 import pytest
 from llmbench.engine.config import EngineConfig, ModelConfig
-from llmbench.engine.llm_engine import LLMEngine
+from llmbench.engine.core.llm_engine import LLMEngine
 from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams
 
 from llmbench.results.records import RequestRecord

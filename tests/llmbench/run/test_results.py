@@ -5,7 +5,7 @@ import os
 from stat import S_IMODE
 
 import pytest
-from llmbench.engine.timing import StepRecord
+from llmbench.engine.observe.timing import StepRecord
 from typer.testing import CliRunner
 
 from llmbench.cli import app

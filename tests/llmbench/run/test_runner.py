@@ -4,7 +4,7 @@ import time
 
 import numpy as np
 import pytest
-from llmbench.engine.gc_heap import YOUNG_GC_THRESHOLD
+from llmbench.engine.core.gc_heap import YOUNG_GC_THRESHOLD
 from typer.testing import CliRunner
 
 import llmbench
@@ -219,7 +219,7 @@ def test_a_failure_before_the_first_row_names_no_run_directory(
 
 
 def test_the_timed_trials_run_with_the_engine_core_s_garbage_collector(tmp_path):
-    """In-process runs collect as the engine core process does (engine/gc_heap.py): the loaded heap
+    """In-process runs collect as the engine core process does (engine/core/gc_heap.py): the loaded heap
     frozen, young collections every YOUNG_GC_THRESHOLD allocations, so in-process and split compare
     like for like."""
     threshold = gc.get_threshold()
