@@ -1,0 +1,1 @@
+"""What each step cost: the StepRecord of its host phases and GPU time, the step log, the NVTX ranges."""

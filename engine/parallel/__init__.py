@@ -1,0 +1,2 @@
+"""Tensor parallelism: a rank's group and collectives, the weight shards, the worker processes and
+their liveness."""
