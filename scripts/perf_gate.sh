@@ -104,6 +104,8 @@ if [ -n "$current" ]; then
     git -C "$root" worktree add -q --detach "$current_tree" "$current"
 fi
 if [ -n "$inject" ]; then
+    # a commit from before the engine's folders keeps the module at the engine's top level (CHANGELOG.md)
+    [ -f "$current_tree/$inject_file" ] || inject_file="engine/${inject_file##*/}"
     if [ -n "$inject_loops" ]; then
         # repeat() hands out one object: every turn costs the same (range() allocates past 256)
         slowdown="for _ in itertools.repeat(None, $inject_loops):

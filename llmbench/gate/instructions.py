@@ -56,7 +56,10 @@ config, marks_path, out, counts_file = sys.argv[1:5]
 marks = ctypes.CDLL(marks_path)
 toggle = marks.llmbench_toggle_collect
 import llmbench.run.runner as runner
-from llmbench.engine.core.llm_engine import LLMEngine
+try:
+    from llmbench.engine.core.llm_engine import LLMEngine
+except ModuleNotFoundError:  # a tree from before the engine's folders (CHANGELOG.md)
+    from llmbench.engine.llm_engine import LLMEngine
 state = {"timed": False, "instrumented": False, "steps": 0}
 run_phase, step = runner.run_phase, LLMEngine.step
 
