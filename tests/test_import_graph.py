@@ -24,7 +24,6 @@ def package_modules() -> dict[str, Path]:
     """Module name -> source file, for every .py file of the packages as installed."""
     modules = {}
     for package in PACKAGES:
-        # the first location only: a source checkout appends the repository root to llmbench's path
         root = Path(importlib.util.find_spec(package).submodule_search_locations[0])
         for path in sorted(root.rglob("*.py")):
             parts = path.relative_to(root).with_suffix("").parts

@@ -3,19 +3,20 @@ into a RunConfig. Every problem is a ConfigFileError whose one-line message name
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-import llmbench
 from llmbench.config.build import build, clip
 from llmbench.config.schema import RunConfig
 from llmbench.config.yaml_file import YamlFileError, parse_yaml, read_yaml_file
 from llmbench.engine.config import ConfigError, EngineConfig
 
-SHIPPED_CONFIGS = Path(llmbench.__file__).parent / "configs"  # `llmbench run quickstart` from anywhere
+# `llmbench run quickstart` from anywhere: the package llmbench.configs is the repository's configs/ folder
+SHIPPED_CONFIGS = Path(importlib.util.find_spec("llmbench.configs").submodule_search_locations[0])
 
 
 class ConfigFileError(ValueError):
