@@ -20,8 +20,8 @@ from typing import NoReturn
 import zmq
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.core import core_messages as msg
+from llmbench.engine.observe.profiler import ProfileAnswer
 from llmbench.engine.observe.timing import StepRecord
-from llmbench.engine.profiler import ProfileAnswer
 from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams, StepOutputs
 
 logger = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class EngineCoreClient:
         return self._check_replies.pop()
 
     def start_profile(self, trace: str) -> ProfileAnswer:
-        """Profile the core's steps from its next on (engine/profiler.py): a round trip."""
+        """Profile the core's steps from its next on (engine/observe/profiler.py): a round trip."""
         return self._profile(msg.StartProfile(trace))
 
     def stop_profile(self) -> ProfileAnswer:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import msgspec
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.models.shape import LlamaShape
+from llmbench.engine.observe.profiler import ProfileAnswer
 from llmbench.engine.observe.timing import StepRecord
-from llmbench.engine.profiler import ProfileAnswer
 from llmbench.engine.request import SamplingParams, StepOutputs
 
 # frontend -> core

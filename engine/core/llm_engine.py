@@ -17,12 +17,12 @@ from llmbench.engine.execution.model_runner import ModelRunner
 from llmbench.engine.execution.null_executor import NullExecutor
 from llmbench.engine.loading.model_facts import resolve_model_facts
 from llmbench.engine.observe.nvtx_ranges import nvtx_ranges
+from llmbench.engine.observe.profiler import ProfileAnswer, StepProfiler
 from llmbench.engine.observe.step_log import StepLog
 from llmbench.engine.observe.timing import PhaseClock, StepRecord, step_timer
 from llmbench.engine.outputs.in_flight import InFlightStep
 from llmbench.engine.outputs.output_processor import OutputProcessor
 from llmbench.engine.parallel.launch import start_runner
-from llmbench.engine.profiler import ProfileAnswer, StepProfiler
 from llmbench.engine.request import FinishReason, RequestOutput, SamplingParams, StepOutputs
 from llmbench.engine.scheduling.block_manager import BlockManager
 from llmbench.engine.scheduling.scheduler import Scheduler, SchedulerOutput
@@ -115,7 +115,7 @@ class LLMEngine:
         self.block_manager.reset_prefix_cache()
 
     def start_profile(self, trace: str) -> ProfileAnswer:
-        """Profile the steps from the next on (engine/profiler.py); a torch trace goes to `trace`."""
+        """Profile the steps from the next on (engine/observe/profiler.py); a torch trace goes to `trace`."""
         return self.profiler.start(trace)
 
     def stop_profile(self) -> ProfileAnswer:

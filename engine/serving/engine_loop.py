@@ -21,8 +21,8 @@ from typing import Any
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.core.core_client import EngineCoreClient
 from llmbench.engine.core.llm_engine import LLMEngine
+from llmbench.engine.observe.profiler import ProfileAnswer
 from llmbench.engine.observe.timing import StepRecord
-from llmbench.engine.profiler import ProfileAnswer
 from llmbench.engine.request import RequestOutput, SamplingParams
 from llmbench.engine.scheduling.check import assert_engine_empty
 
@@ -106,7 +106,8 @@ class EngineLoop:
         return await self._ask("drain")
 
     async def start_profile(self, trace: str) -> ProfileAnswer:
-        """Profile the engine's steps from the next on (engine/profiler.py); a torch trace goes to `trace`."""
+        """Profile the engine's steps from the next on (engine/observe/profiler.py); a torch trace goes to
+        `trace`."""
         return await self._ask("start_profile", trace)
 
     async def stop_profile(self) -> ProfileAnswer:

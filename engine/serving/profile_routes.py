@@ -1,5 +1,5 @@
 """POST /start_profile and /stop_profile, the endpoints vLLM's and SGLang's servers take: the engine
-profiles its steps in between (engine/profiler.py), in the process that runs them, the split core's
+profiles its steps in between (engine/observe/profiler.py), in the process that runs them, the split core's
 included. Each window's torch trace is a file of its own in the server's profile directory
 (`serve.profile_dir`); under nsys the window is the capture range instead."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
-from llmbench.engine.profiler import ProfileAnswer
+from llmbench.engine.observe.profiler import ProfileAnswer
 from llmbench.engine.serving.engine_loop import EngineDeadError, EngineLoop
 from llmbench.engine.serving.responses import error_body
 

@@ -25,7 +25,7 @@ class TorchCapture:
         # torch here, not at the top: `llmbench profile` itself only reads what the capture wrote
         import torch
 
-        from llmbench.engine.profiler import torch_profiler
+        from llmbench.engine.observe.profiler import torch_profiler
 
         self.out_dir = out_dir
         self.cuda = torch.cuda.is_available()

@@ -12,7 +12,7 @@ import logging
 import os
 from pathlib import Path
 
-from llmbench.engine.profiler import cuda_profiler
+from llmbench.engine.observe.profiler import cuda_profiler
 from llmbench.profiling.steps import ENV_VAR, TOOLS, ProfileError, StepRange, parse_steps
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""The engine's step profiler (engine/profiler.py) under Nsight Systems: where nsys runs the process
+"""The engine's step profiler (engine/observe/profiler.py) under Nsight Systems: where nsys runs the process
 (NSYS_PROFILING_SESSION_ID set) a window is the cudaProfilerApi capture range, and no torch trace is
 written; one window at a time either way."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from llmbench.engine.profiler import NSYS_ENV, StepProfiler
+from llmbench.engine.observe.profiler import NSYS_ENV, StepProfiler
 
 
 def test_under_nsys_a_window_is_the_capture_range_and_writes_no_trace(monkeypatch, tmp_path):
