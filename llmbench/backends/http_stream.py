@@ -79,8 +79,19 @@ class HttpStreams:
         self._connect_s = connect_s
         self._stall_s = stall_s
         self._idle: list[Connection] = []
+        self._opening: set[asyncio.Task] = set()  # connections prepare() is opening
         self._open: set[Connection] = set()
         self._address: tuple | None = None  # resolved once: a burst of connections needs no lookups
+
+    async def resolve(self) -> None:
+        """Look the host up, once, before any stream (a failure waits for the first connection)."""
+        target = self._target
+        loop = asyncio.get_running_loop()
+        try:
+            found = await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+        except OSError:
+            return  # each connection tries again, and fails with the reason
+        self._address = found[0][4][:2]
 
     async def post(self, body: bytes, post: Post) -> str | None:
         """Send `body` and read its response into `post`; None once it ended whole, else why it failed
@@ -108,7 +119,18 @@ class HttpStreams:
             return outcome
         raise AssertionError("unreachable")
 
+    def prepare(self, count: int) -> None:
+        """Open connections ahead, in the background, until `count` are idle or on their way: requests
+        handed before their due time then find one ready, and a burst due at once only writes."""
+        loop = asyncio.get_running_loop()
+        while len(self._idle) + len(self._opening) < count:
+            task = loop.create_task(self._open_idle())
+            self._opening.add(task)
+            task.add_done_callback(self._opening.discard)
+
     def close(self) -> None:
+        for task in self._opening:
+            task.cancel()
         for connection in self._open:
             connection.transport.close()
         self._open.clear()
@@ -120,20 +142,29 @@ class HttpStreams:
             connection = self._idle.pop()
             if not connection.lost:
                 return connection, True
+        return await self._new_connection(), False
+
+    async def _open_idle(self) -> None:
+        try:
+            connection = await self._new_connection()
+        except (OSError, TimeoutError):
+            return  # the request that needed it opens its own, and fails with the reason
+        self._idle.append(connection)
+
+    async def _new_connection(self) -> Connection:
         loop = asyncio.get_running_loop()
+        target = self._target
+        host, port = self._address or (target.host, target.port)
         async with asyncio.timeout(self._connect_s):
-            if self._address is None:
-                target = self._target
-                found = await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
-                self._address = found[0][4][:2]
-            host, port = self._address
-            tls = self._target.tls
-            server_name = self._target.host if tls else None
             _, connection = await loop.create_connection(
-                lambda: Connection(self, self._stall_s), host, port, ssl=tls, server_hostname=server_name
+                lambda: Connection(self, self._stall_s),
+                host,
+                port,
+                ssl=target.tls,
+                server_hostname=target.host if target.tls else None,
             )
         self._open.add(connection)
-        return connection, False
+        return connection
 
     def forget(self, connection: Connection) -> None:
         self._open.discard(connection)
@@ -164,6 +195,7 @@ class Connection(asyncio.Protocol):
         self._body: list[bytes] = []  # the body bytes of the read being parsed
         self._ended = False  # the response being parsed is complete
         self._framed = False  # it has a content-length or is chunked (else its body ends at EOF)
+        self._keep_alive = False  # the response that ended last lets the connection carry another
         self._stall_timer: asyncio.TimerHandle | None = None
 
     def exchange(self, data: bytes, post: Post) -> asyncio.Future:
@@ -172,17 +204,17 @@ class Connection(asyncio.Protocol):
         post.connection = self
         post.status, post.reads = 0, 0
         post.error_body.clear()
-        self._post, self._ended, self._framed = post, False, False
+        self._post, self._ended, self._framed, self._keep_alive = post, False, False, False
         self.transport.write(data)
         post.phases[2] = post.last_read = perf_counter()
         if self._stall_s is not None:
             self._stall_timer = asyncio.get_running_loop().call_at(
-                _loop_time(post.last_read + self._stall_s), self._check_stall
+                loop_time(post.last_read + self._stall_s), self._check_stall
             )
         return post.outcome
 
     def reusable(self) -> bool:
-        return not self.lost and self._parser.should_keep_alive()
+        return not self.lost and self._keep_alive
 
     # asyncio.Protocol
 
@@ -241,6 +273,7 @@ class Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self._ended = True
+        self._keep_alive = self._parser.should_keep_alive()  # (the parser forgets it once past the end)
 
     def close_now(self) -> None:
         self._post = None
@@ -261,7 +294,7 @@ class Connection(asyncio.Protocol):
             return
         due = post.last_read + self._stall_s
         if perf_counter() < due:  # read since: wait for the rest of the window from the last read
-            self._stall_timer = asyncio.get_running_loop().call_at(_loop_time(due), self._check_stall)
+            self._stall_timer = asyncio.get_running_loop().call_at(loop_time(due), self._check_stall)
             return
         self._stall_timer = None
         self._finish(f"stream stalled: no data within request_timeout_s={self._stall_s:g}")
@@ -273,6 +306,6 @@ class Connection(asyncio.Protocol):
             self._stall_timer = None
 
 
-def _loop_time(when: float) -> float:
+def loop_time(when: float) -> float:
     """A perf_counter time on the running loop's clock (both monotonic, maybe not the same origin)."""
     return asyncio.get_running_loop().time() + (when - perf_counter())

@@ -79,4 +79,3 @@ def spread_ms(values_s: list[float]) -> dict | None:
     ms = [v * 1000 for v in values_s]
     cuts = statistics.quantiles(ms, n=100, method="inclusive") if len(ms) > 1 else [ms[0]] * 99
     return {"p50": cuts[49], "p99": cuts[98], "max": max(ms), "count": len(ms)}
-

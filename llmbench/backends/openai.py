@@ -34,12 +34,17 @@ from llmbench.engine.request import RequestOutput, SamplingParams
 logger = logging.getLogger(__name__)
 
 POLL_WAIT_S = 0.001  # poll() waits this long for a chunk: short, so a due submit is never held back
+# requests are handed to the stream loops this long before they are due, and each loop starts them at
+# their time: a closed loop's first window of 1,024 took the runner ~15-30 ms to prepare, which its last
+# request waited through as schedule lag when handed at its due time
+HAND_AHEAD_S = 0.1
 
 
 class OpenAIBackend:
     profiles_own_steps = True  # engine steps run in the server
     stamps_outputs = True
     keeps_concurrency = False  # once connected: with one stream loop
+    hands_ahead_s = HAND_AHEAD_S
 
     def start(self, config: RunConfig) -> None:
         self.connect(config, config.backend.url)

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
 
-from llmbench.backends.http_stream import HttpStreams, Post
+from llmbench.backends.http_stream import HttpStreams, Post, loop_time
 from llmbench.backends.loop_monitor import LoopMonitor
 
 logger = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ class StreamLoop:
         self._tasks: dict[str, asyncio.Task] = {}  # in flight: started, not yet ended
         self._posts: dict[str, Post] = {}  # the requests of those tasks that have begun
         self._waiting: deque[tuple[str, bytes, float]] = deque()  # (id, body, due) for a free slot
+        self._ahead: dict[float, list[tuple[str, bytes, float]]] = {}  # handed before their due time
         self._slot_opened = -math.inf  # when a full window last opened a slot
         self._http: HttpStreams | None = None
         self.monitor = LoopMonitor()
@@ -71,11 +72,31 @@ class StreamLoop:
         raise_open_file_limit()
         s = self._settings
         self._http = HttpStreams(s.url, s.headers, s.connect_s, s.stall_s)
+        await self._http.resolve()
         self.monitor.open()
 
     def start(self, request_id: str, body: bytes, due: float) -> None:
-        """Stream `body` from `due` (perf_counter seconds, not later than now), once a slot is free."""
+        """Stream `body` from `due` (perf_counter seconds), once a slot is free. A request handed ahead
+        of its due time waits for it here, with every other due then: one timer starts them all."""
+        if due > perf_counter():
+            batch = self._ahead.get(due)
+            if batch is None:
+                batch = self._ahead[due] = []
+                asyncio.get_running_loop().call_at(loop_time(due), self._due, due)
+            batch.append((request_id, body, due))
+            ahead = sum(map(len, self._ahead.values()))
+            free = ahead if self._limit is None else min(ahead, self._limit - len(self._tasks))
+            self._http.prepare(free)  # their connections, meanwhile
+            return
         self._waiting.append((request_id, body, due))
+        self._admit()
+
+    def _due(self, due: float) -> None:
+        early = due - perf_counter()
+        if early > 0:  # the loop's timers round to whole milliseconds
+            asyncio.get_running_loop().call_later(early, self._due, due)
+            return
+        self._waiting.extend(self._ahead.pop(due, ()))
         self._admit()
 
     def cancel(self, request_id: str) -> None:
@@ -87,11 +108,14 @@ class StreamLoop:
             task.cancel()
             self._freed()  # here: a task cancelled before it runs never reaches its end
             self._admit()
-        else:  # still waiting for a slot, if anywhere
+        else:  # still waiting for its due time or a slot, if anywhere
             self._waiting = deque(w for w in self._waiting if w[0] != request_id)
+            for due, batch in self._ahead.items():
+                self._ahead[due] = [w for w in batch if w[0] != request_id]
 
     async def close(self) -> None:
         self._waiting.clear()
+        self._ahead.clear()
         for task in list(self._tasks.values()):
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)

@@ -77,7 +77,10 @@ def run_phase(
     sampled_phase = trial == 0 and not warmup
     if state.progress:
         state.progress.phase(label, len(requests))
-    phase_start = time.perf_counter()
+    # a backend whose loop starts each request at its due time is handed it that much ahead: a burst
+    # due at once (a closed loop's first window) is prepared before its time, not while it is late
+    ahead = state.backend.hands_ahead_s
+    phase_start = time.perf_counter() + ahead
 
     def while_waiting() -> None:  # the client's work, while an in-process engine's step is on the device
         deferred.record()
@@ -90,7 +93,7 @@ def run_phase(
         while pending or live:
             now = time.perf_counter()
             handed = 0  # a window's worth a pass: the first window is sent before more are prepared
-            while pending and now >= phase_start + pending[0].arrival_time:
+            while pending and now + ahead >= phase_start + pending[0].arrival_time:
                 if window is not None and (len(live) >= window or handed >= limit):
                     break
                 handed += 1
@@ -109,7 +112,7 @@ def run_phase(
                 if sampled_phase:
                     state.samples.want(backend_id, request.prompt_token_ids, request.prompt)
             if not live:
-                time.sleep(max(0.0, phase_start + pending[0].arrival_time - time.perf_counter()))
+                time.sleep(max(0.0, phase_start + pending[0].arrival_time - ahead - time.perf_counter()))
                 continue
             was_full = limit is not None and len(live) >= limit
             outputs = _poll(state, while_waiting)
