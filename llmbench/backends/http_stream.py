@@ -114,7 +114,7 @@ class HttpStreams:
                 continue
             if outcome is _UNANSWERED:
                 return "connection error: the server closed the connection without answering"
-            if outcome is None and connection.reusable():
+            if connection.reusable():  # its response ended whole, an error status's too
                 self._idle.append(connection)
             return outcome
         raise AssertionError("unreachable")
@@ -214,7 +214,8 @@ class Connection(asyncio.Protocol):
         return post.outcome
 
     def reusable(self) -> bool:
-        return not self.lost and self._keep_alive
+        """Its last response ended whole, and the server keeps the connection open for another."""
+        return not self.lost and self._keep_alive and not self.transport.is_closing()
 
     # asyncio.Protocol
 
