@@ -155,3 +155,36 @@ def test_a_cancelled_post_closes_its_connection_and_reads_no_more():
 
         connection, seen, later = asyncio.run(run())
     assert connection.transport.is_closing() and later == seen
+
+
+def test_connections_prepared_ahead_carry_the_requests():
+    answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+    accepted = []
+
+    async def handle(reader, writer):
+        accepted.append(len(accepted))
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(2)  # the body, b"{}"
+                writer.write(answer)
+        except asyncio.IncompleteReadError:
+            writer.close()
+
+    async def run():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        streams = HttpStreams(f"http://127.0.0.1:{port}/v1/completions", {}, 5.0, None)
+        await streams.resolve()
+        streams.prepare(3)
+        while len(accepted) < 3:
+            await asyncio.sleep(0.01)
+        posts = [Post(str(i), [].append, 0.0) for i in range(3)]
+        outcomes = await asyncio.gather(*(streams.post(b"{}", post) for post in posts))
+        streams.close()
+        server.close()
+        return outcomes, {id(post.connection) for post in posts}
+
+    outcomes, connections = asyncio.run(run())
+    assert outcomes == [None, None, None] and len(connections) == 3
+    assert len(accepted) == 3  # no request opened a connection of its own
