@@ -64,6 +64,7 @@ class StreamLoop:
         self._posts: dict[str, Post] = {}  # the requests of those tasks that have begun
         self._waiting: deque[tuple[str, bytes, float]] = deque()  # (id, body, due) for a free slot
         self._ahead: dict[float, list[tuple[str, bytes, float]]] = {}  # handed before their due time
+        self._ahead_count = 0  # the requests in _ahead
         self._slot_opened = -math.inf  # when a full window last opened a slot
         self._http: HttpStreams | None = None
         self.monitor = LoopMonitor()
@@ -84,8 +85,10 @@ class StreamLoop:
                 batch = self._ahead[due] = []
                 asyncio.get_running_loop().call_at(loop_time(due), self._due, due)
             batch.append((request_id, body, due))
-            ahead = sum(map(len, self._ahead.values()))
-            free = ahead if self._limit is None else min(ahead, self._limit - len(self._tasks))
+            self._ahead_count += 1
+            free = self._ahead_count
+            if self._limit is not None:
+                free = min(free, self._limit - len(self._tasks))
             self._http.prepare(free)  # their connections, meanwhile
             return
         self._waiting.append((request_id, body, due))
@@ -96,7 +99,9 @@ class StreamLoop:
         if early > 0:  # the loop's timers round to whole milliseconds
             asyncio.get_running_loop().call_later(early, self._due, due)
             return
-        self._waiting.extend(self._ahead.pop(due, ()))
+        batch = self._ahead.pop(due, [])
+        self._ahead_count -= len(batch)
+        self._waiting.extend(batch)
         self._admit()
 
     def cancel(self, request_id: str) -> None:
@@ -112,10 +117,12 @@ class StreamLoop:
             self._waiting = deque(w for w in self._waiting if w[0] != request_id)
             for due, batch in self._ahead.items():
                 self._ahead[due] = [w for w in batch if w[0] != request_id]
+            self._ahead_count = sum(map(len, self._ahead.values()))
 
     async def close(self) -> None:
         self._waiting.clear()
         self._ahead.clear()
+        self._ahead_count = 0
         for task in list(self._tasks.values()):
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
