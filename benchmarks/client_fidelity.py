@@ -74,8 +74,9 @@ def latencies(requests: list[tuple[float, list[float]]]) -> dict[str, float]:
 
 
 def mock_figures(records: list[StreamRecord]) -> dict[str, float]:
-    """What the mock sent: from each request's read to each of its writes, a write's events one token each."""
-    served = [r for r in records if r.status == 200 and r.sends]
+    """What the mock sent: from each request's read to each of its writes, a write's events one token each
+    (the load's requests only: llmbench's preflight asks for one token)."""
+    served = [r for r in records if r.status == 200 and r.tokens == MOCK.output_tokens]
     return latencies([
         (r.received, [sent for sent, events in zip(r.sends, r.events, strict=True) for _ in range(events)])
         for r in served
