@@ -89,6 +89,9 @@ def run_phase(
 
     # when a full concurrency window last opened a slot: a request that waited for it counts from then
     slot_opened = -math.inf
+    # rows of finished requests, written once the requests their slots free are handed over: writing
+    # a closed loop's window of 512 rows came first, and the next window waited for it as schedule lag
+    unwritten: list[RequestRecord] = []
     try:
         while pending or live:
             now = time.perf_counter()
@@ -111,6 +114,8 @@ def run_phase(
                     hang_ups[backend_id] = live[backend_id]
                 if sampled_phase:
                     state.samples.want(backend_id, request.prompt_token_ids, request.prompt)
+            rows, unwritten = unwritten, []
+            _finish(state, rows)
             if not live:
                 time.sleep(max(0.0, phase_start + pending[0].arrival_time - ahead - time.perf_counter()))
                 continue
@@ -121,7 +126,7 @@ def run_phase(
                 state.samples.look(outputs)
             finished = deferred.add(outputs, arrival)
             if finished:
-                _finish(state, finished)
+                unwritten += finished
                 failed += sum(not record.succeeded for record in finished)
                 if sessions:
                     pending.finished(finished, arrival - phase_start, release=not save_tokens)
@@ -138,6 +143,7 @@ def run_phase(
                 )
             if was_full and len(live) < limit:
                 slot_opened = arrival
+        _finish(state, unwritten)
         if aborted:
             _drain(state)
         _flush_steps(state, trial, warmup)
@@ -147,7 +153,7 @@ def run_phase(
         deferred.record()
         started = [record for record in live.values() if record.output_len]
         state.not_started = len(pending) + len(live) - len(started)
-        _finish(state, started)
+        _finish(state, unwritten + started)
         _flush_steps(state, trial, warmup)
         raise
 
