@@ -36,9 +36,11 @@ logger = logging.getLogger(__name__)
 
 POLL_WAIT_S = 0.001  # poll() waits this long for a chunk: short, so a due submit is never held back
 # requests are handed to the stream loops this long before they are due, and each loop starts them at
-# their time: a closed loop's first window of 1,024 took the runner ~15-30 ms to prepare, which its last
-# request waited through as schedule lag when handed at its due time
-HAND_AHEAD_S = 0.1
+# their time, their connections opened meanwhile: a closed loop's first window of 1,024 took the runner
+# ~15-30 ms to prepare, which its last request waited through as schedule lag when handed at its due
+# time. On 2 busy cores opening 512 connections took past 100 ms at times (the mock accepting them on
+# the same cores); 250 ms had them open in each try
+HAND_AHEAD_S = 0.25
 
 
 class OpenAIBackend:
