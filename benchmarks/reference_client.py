@@ -1,70 +1,90 @@
-"""The bare reference client of benchmarks/client_fidelity.py: the least a Python streaming client can
-do, so that what another client adds on top shows against it.
+"""The bare reference client of benchmarks/client_fidelity.py: the least a Python streaming client can do,
+so that what another client adds shows against it.
 
-One asyncio loop (the standard one), one aiohttp session, `--streams` requests in flight until
-`--requests` are done. Per read of a response it takes one perf_counter stamp (CLOCK_MONOTONIC on
-Linux, the mock's clock) and keeps the bytes; nothing else happens while streams run. Afterwards each
-SSE event with text is given the stamp of the read that completed it. Writes JSON: per request its
-submit time and its chunks' times.
+One process, one event loop (uvloop where installed), no HTTP library: `--streams` slots, each with one
+keep-alive connection of its own, open at once, each posting its next request the moment the last one
+ended, until `--requests` are done. The request's bytes are made before the run. Per read of a response
+it takes one perf_counter stamp (CLOCK_MONOTONIC on Linux, the mock's clock) and counts the SSE events
+the read completed by their bytes (each ends in a blank line); the first `--output-tokens` events of a
+response are its tokens, one an event, as the bundled mock sends them. Writes JSON: per request its
+start, when it was written, its tokens' times, and whether it was of the first wave (due at the
+start).
 
-    python benchmarks/reference_client.py --url http://127.0.0.1:8000/v1 --model mock \\
-        --streams 64 --requests 128 --out ref.json"""
+    python benchmarks/reference_client.py --url http://127.0.0.1:8000/v1 --streams 64 --requests 128 \\
+        --out ref.json"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-import time
+from time import perf_counter
+from urllib.parse import urlsplit
 
-import aiohttp
-
-
-async def one_request(session, url: str, body: dict) -> tuple[float, list[tuple[float, bytes]]]:
-    reads = []
-    submit = time.perf_counter()
-    async with session.post(url, json=body) as response:
-        response.raise_for_status()
-        async for data in response.content.iter_any():
-            reads.append((time.perf_counter(), data))
-    return submit, reads
+END = b"0\r\n\r\n"  # the end of a chunked body
 
 
-async def run(args: argparse.Namespace) -> list[tuple[float, list[tuple[float, bytes]]]]:
-    body = {
+class Slot(asyncio.Protocol):
+    """One connection and the response it is reading."""
+
+    def __init__(self):
+        self.transport = None
+        self.times: list[float] = []  # the events' stamps of the response being read
+        self.tail = b""  # the last bytes read: an event's blank line or the body's end may span reads
+        self.done: asyncio.Future | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        stamp = perf_counter()
+        seen = self.tail + data
+        events = seen.count(b"\n\n") - self.tail.count(b"\n\n")
+        self.times += [stamp] * events
+        self.tail = seen[-len(END) :]
+        if self.tail == END:
+            self.tail = b""
+            self.done.set_result(None)
+
+    def connection_lost(self, exc) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(ConnectionError("the server closed the connection"))
+
+
+async def run(args: argparse.Namespace) -> list[dict]:
+    parts = urlsplit(args.url.rstrip("/") + "/completions")
+    body = json.dumps({
         "model": args.model,
         "prompt": list(range(1, args.prompt_tokens + 1)),
         "max_tokens": args.output_tokens,
         "stream": True,
         "stream_options": {"include_usage": True},
-    }
-    url = args.url.rstrip("/") + "/completions"
-    todo = iter(range(args.requests))
-    results = []
-    timeout = aiohttp.ClientTimeout(total=None)
-    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
+    }).encode()  # fmt: skip
+    request = (
+        f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    loop = asyncio.get_running_loop()
+    left = iter(range(args.requests))
+    rows: list[dict] = []
 
-        async def stream_slot() -> None:
-            for _ in todo:
-                results.append(await one_request(session, url, body))
+    async def slot() -> None:
+        start = due  # the first request is due at the run's start, its connection made after
+        _, conn = await loop.create_connection(Slot, parts.hostname, parts.port)
+        for _ in left:
+            conn.done = loop.create_future()
+            conn.times = []
+            conn.transport.write(request)
+            written = perf_counter()
+            await conn.done
+            tokens = conn.times[: args.output_tokens]
+            rows.append({"start": start, "written": written, "tokens": tokens, "first": start == due})
+            start = perf_counter()  # the next request starts as this one ends
+        conn.transport.close()
 
-        await asyncio.gather(*(stream_slot() for _ in range(args.streams)))
-    return results
-
-
-def chunk_times(reads: list[tuple[float, bytes]]) -> list[float]:
-    """The time of each SSE event with text: the stamp of the read that completed it."""
-    times, pending = [], b""
-    for stamp, data in reads:
-        events = (pending + data).split(b"\n\n")
-        pending = events.pop()
-        for event in events:
-            payload = event.partition(b"data: ")[2]
-            if payload and payload != b"[DONE]":
-                choices = json.loads(payload).get("choices") or [{}]
-                if choices[0].get("text") or (choices[0].get("delta") or {}).get("content"):
-                    times.append(stamp)
-    return times
+    due = perf_counter()
+    await asyncio.gather(*(slot() for _ in range(args.streams)))
+    return rows
 
 
 def main() -> None:
@@ -77,8 +97,12 @@ def main() -> None:
     parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    results = asyncio.run(run(args))
-    rows = [{"submit": submit, "chunks": chunk_times(reads)} for submit, reads in results]
+    try:
+        import uvloop
+    except ImportError:
+        rows = asyncio.run(run(args))
+    else:
+        rows = uvloop.run(run(args))
     with open(args.out, "w") as f:
         json.dump({"clock": "perf_counter", "requests": rows}, f)
 

@@ -69,6 +69,9 @@ class Backend(Protocol):
     # the runner hands it requests ahead of a free slot, each with `due`, when the schedule has it
     # start (perf_counter), and the backend's first output of each says when it started it
     keeps_concurrency: bool
+    # how long before its due time the runner hands a request over: a backend whose client starts each
+    # request at its `due` itself (an HTTP client's stream loops) takes it ahead; 0 for the rest
+    hands_ahead_s: float
     # the model an OpenAI-compatible server named for the run (backend.model, or the first it lists);
     # None where the config's model is the one served
     served_model: str | None

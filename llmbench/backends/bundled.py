@@ -20,6 +20,7 @@ class BundledBackend:
     # takes several polls for one step
     profiles_own_steps = True
     keeps_concurrency = False
+    hands_ahead_s = 0.0
     served_model = None
     step_hook: str | None = None  # also for a subclass with an __init__ of its own
 

@@ -40,6 +40,7 @@ class _BatchDone(Exception):
 class HFBackend:
     profiles_own_steps = False
     keeps_concurrency = False
+    hands_ahead_s = 0.0
     served_model = None
     stamps_outputs = True  # generate() runs on its own thread: a poll may collect several of its steps
 

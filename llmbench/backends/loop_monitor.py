@@ -5,10 +5,7 @@ On the loop it watches, a LoopMonitor keeps
   is in flight (an idle loop's punctuality says nothing about the load);
 - the CPU time of the loop's process over the wall time during which a stream was in flight: near 1 core,
   the loop (and in a thread of the runner's process, everything sharing its GIL) is the bottleneck;
-- the most streams it had in flight at once.
-
-And per request the HTTP phases, through aiohttp's trace hooks (a few per request, none per chunk): when the
-connection was ready (made or reused) and when the request's body was written."""
+- the most streams it had in flight at once."""
 
 from __future__ import annotations
 
@@ -82,21 +79,3 @@ def spread_ms(values_s: list[float]) -> dict | None:
     ms = [v * 1000 for v in values_s]
     cuts = statistics.quantiles(ms, n=100, method="inclusive") if len(ms) > 1 else [ms[0]] * 99
     return {"p50": cuts[49], "p99": cuts[98], "max": max(ms), "count": len(ms)}
-
-
-def phase_tracing():
-    """aiohttp trace hooks that stamp, into the list a request passes as its trace_request_ctx
-    ([send start, connected, request sent]), when its connection was ready and its body written."""
-    import aiohttp
-
-    async def connected(session, context, params) -> None:
-        context.trace_request_ctx[1] = perf_counter()
-
-    async def sent(session, context, params) -> None:
-        context.trace_request_ctx[2] = perf_counter()  # the body's last chunk: the request is out
-
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_create_end.append(connected)
-    trace.on_connection_reuseconn.append(connected)
-    trace.on_request_chunk_sent.append(sent)
-    return trace

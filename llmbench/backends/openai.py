@@ -1,15 +1,16 @@
 """`backend.type: openai`: the workload streamed to any OpenAI-compatible server over HTTP.
 
-The streams run on an asyncio loop of their own with aiohttp, the client library vLLM's and AIPerf's
-benchmarks use (with httpx, 256 streams opened at once reached the server only after hundreds of
-milliseconds of the client's own work): in a thread of the runner's process, with backend.workers
-> 1 in worker processes (openai_workers.py), or with backend.ray_address in Ray actors over a cluster's
-hosts (openai_ray.py). That loop only reads and stamps (openai_loop.py); poll(),
-on the runner's thread, parses what was read (openai_stream.py), so no stamp waits behind another
-stream's JSON, and each output carries the time its bytes were read, which the runner records. A
-request that cannot connect, gets an HTTP error or a malformed chunk, or whose stream stalls past
-workload.request_timeout_s fails alone with its reason; the run goes on. A run checks the server
-before its load (preflight.py, called by make_backend)."""
+The streams run on an asyncio loop of their own (uvloop where installed), each on a keep-alive
+connection of the loop's with httptools parsing its response (http_stream.py; aiohttp, and httpx
+before it, cost the loop more per stream and per event): in a thread of the runner's process, with
+backend.workers > 1 in worker processes (openai_workers.py), or with backend.ray_address in Ray actors
+over a cluster's hosts (openai_ray.py). The runner hands each request HAND_AHEAD_S before it is due,
+and the loop starts it at its time, its connection opened meanwhile. That loop only reads and stamps
+(openai_loop.py); poll(), on the runner's thread, parses what was read (openai_stream.py), so no stamp
+waits behind another stream's JSON, and each output carries the time its bytes were read, which the
+runner records. A request that cannot connect, gets an HTTP error or a malformed chunk, or whose
+stream stalls past workload.request_timeout_s fails alone with its reason; the run goes on. A run
+checks the server before its load (preflight.py, called by make_backend)."""
 
 from __future__ import annotations
 
@@ -34,12 +35,19 @@ from llmbench.engine.request import RequestOutput, SamplingParams
 logger = logging.getLogger(__name__)
 
 POLL_WAIT_S = 0.001  # poll() waits this long for a chunk: short, so a due submit is never held back
+# requests are handed to the stream loops this long before they are due, and each loop starts them at
+# their time, their connections opened meanwhile: a closed loop's first window of 1,024 took the runner
+# ~15-30 ms to prepare, which its last request waited through as schedule lag when handed at its due
+# time. On 2 busy cores opening 512 connections took past 100 ms at times (the mock accepting them on
+# the same cores); 250 ms had them open in each try
+HAND_AHEAD_S = 0.25
 
 
 class OpenAIBackend:
     profiles_own_steps = True  # engine steps run in the server
     stamps_outputs = True
     keeps_concurrency = False  # once connected: with one stream loop
+    hands_ahead_s = HAND_AHEAD_S
 
     def start(self, config: RunConfig) -> None:
         self.connect(config, config.backend.url)

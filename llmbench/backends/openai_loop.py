@@ -1,5 +1,6 @@
-"""The streams' event loop: one aiohttp session, one task a request, and per read of a response only what
-timing needs, a perf_counter stamp and the bytes, handed to a sink. Parsing, counting and building
+"""The streams' event loop: one task a request, its POST on a keep-alive connection of the loop's
+(http_stream.py), and per read of a response only what timing needs, a perf_counter stamp and the
+bytes, handed to a sink. Parsing, counting and building
 outputs happen elsewhere (the backend's poll, on the runner's thread), so a read is stamped without
 waiting behind another stream's JSON.
 
@@ -31,13 +32,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
 
-from llmbench.backends.loop_monitor import LoopMonitor, phase_tracing
-from llmbench.backends.openai_stream import RequestFailed, error_message
+from llmbench.backends.http_stream import HttpStreams, Post, loop_time
+from llmbench.backends.loop_monitor import LoopMonitor
 
 logger = logging.getLogger(__name__)
 
 OPEN_FILES = 65536  # the soft limit raised to this (or the hard limit) for one socket per stream
-READ_BUFFER = 1 << 20  # bytes: an SSE line may be this long (aiohttp's default, 64 KiB, fails longer)
 
 Sink = Callable[[tuple], None]
 
@@ -61,48 +61,72 @@ class StreamLoop:
         self._sink = sink
         self._limit = settings.limit
         self._tasks: dict[str, asyncio.Task] = {}  # in flight: started, not yet ended
+        self._posts: dict[str, Post] = {}  # the requests of those tasks that have begun
         self._waiting: deque[tuple[str, bytes, float]] = deque()  # (id, body, due) for a free slot
+        self._ahead: dict[float, list[tuple[str, bytes, float]]] = {}  # handed before their due time
+        self._ahead_count = 0  # the requests in _ahead
         self._slot_opened = -math.inf  # when a full window last opened a slot
-        self._session = None
+        self._http: HttpStreams | None = None
         self.monitor = LoopMonitor()
 
     async def open(self) -> None:
-        import aiohttp
-
-        # as many connections as streams (limit 0): the workload's concurrency is the client's, not a
-        # pool's; sock_read None lets a stream stay silent as long as the runner's own timeout lets it
         raise_open_file_limit()
         s = self._settings
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=s.connect_s, sock_read=s.stall_s)
-        self._session = aiohttp.ClientSession(
-            headers={**s.headers, "Content-Type": "application/json"},
-            timeout=timeout,
-            connector=aiohttp.TCPConnector(limit=0),
-            read_bufsize=READ_BUFFER,
-            trace_configs=[phase_tracing()],
-        )
+        self._http = HttpStreams(s.url, s.headers, s.connect_s, s.stall_s)
+        await self._http.resolve()
         self.monitor.open()
 
     def start(self, request_id: str, body: bytes, due: float) -> None:
-        """Stream `body` from `due` (perf_counter seconds, not later than now), once a slot is free."""
+        """Stream `body` from `due` (perf_counter seconds), once a slot is free. A request handed ahead
+        of its due time waits for it here, with every other due then: one timer starts them all."""
+        if due > perf_counter():
+            batch = self._ahead.get(due)
+            if batch is None:
+                batch = self._ahead[due] = []
+                asyncio.get_running_loop().call_at(loop_time(due), self._due, due)
+            batch.append((request_id, body, due))
+            self._ahead_count += 1
+            free = self._ahead_count
+            if self._limit is not None:
+                free = min(free, self._limit - len(self._tasks))
+            self._http.prepare(free)  # their connections, meanwhile
+            return
         self._waiting.append((request_id, body, due))
+        self._admit()
+
+    def _due(self, due: float) -> None:
+        early = due - perf_counter()
+        if early > 0:  # the loop's timers round to whole milliseconds
+            asyncio.get_running_loop().call_later(early, self._due, due)
+            return
+        batch = self._ahead.pop(due, [])
+        self._ahead_count -= len(batch)
+        self._waiting.extend(batch)
         self._admit()
 
     def cancel(self, request_id: str) -> None:
         task = self._tasks.pop(request_id, None)
         if task is not None:
+            post = self._posts.pop(request_id, None)
+            if post is not None:  # its reads stop now, not when the task next runs
+                post.cancel()
             task.cancel()
             self._freed()  # here: a task cancelled before it runs never reaches its end
             self._admit()
-        else:  # still waiting for a slot, if anywhere
+        else:  # still waiting for its due time or a slot, if anywhere
             self._waiting = deque(w for w in self._waiting if w[0] != request_id)
+            for due, batch in self._ahead.items():
+                self._ahead[due] = [w for w in batch if w[0] != request_id]
+            self._ahead_count = sum(map(len, self._ahead.values()))
 
     async def close(self) -> None:
         self._waiting.clear()
+        self._ahead.clear()
+        self._ahead_count = 0
         for task in list(self._tasks.values()):
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-        await self._session.close()
+        self._http.close()
         self.monitor.close()
 
     def _admit(self) -> None:
@@ -136,40 +160,20 @@ class StreamLoop:
             self._tasks[request_id] = task
 
     async def _stream(self, request_id: str, body: bytes, submit: float) -> None:
-        import aiohttp
-
         sink = self._sink
         self.monitor.started()  # here, not in start(): a task cancelled before it runs never ends either
-        phases = [perf_counter(), None, None]  # the trace hooks fill in connected and request sent
-        sink((request_id, phases[0], submit))
+        post = self._posts[request_id] = Post(request_id, sink, perf_counter())
+        sink((request_id, post.phases[0], submit))
         try:
-            post = self._session.post(self._settings.url, data=body, trace_request_ctx=phases)
-            async with post as response:
-                sink((request_id, perf_counter(), phases))
-                if response.status >= 400:
-                    detail = (await response.read()).decode(errors="replace")
-                    raise RequestFailed(f"HTTP {response.status}: {error_message(detail)}")
-                async for data in response.content.iter_any():
-                    sink((request_id, perf_counter(), data))
-            sink((request_id, perf_counter(), None))
-        except RequestFailed as e:
-            self._fail(request_id, str(e))
-        except aiohttp.ConnectionTimeoutError:
-            self._fail(request_id, f"connection error: not connected within {self._settings.connect_s:g} s")
-        except aiohttp.SocketTimeoutError:  # only set with a request timeout
-            self._fail(
-                request_id, f"stream stalled: no data within request_timeout_s={self._settings.stall_s:g}"
-            )
-        except aiohttp.ClientError as e:
-            self._fail(request_id, f"connection error: {type(e).__name__}: {e}")
+            failure = await self._http.post(body, post)
         except Exception as e:  # a request that fails unseen would keep the run waiting for it forever
             logger.exception("request %s", request_id)
-            self._fail(request_id, f"client error: {type(e).__name__}: {e}")
+            failure = f"client error: {type(e).__name__}: {e}"
         finally:
             self.monitor.ended()
-
-    def _fail(self, request_id: str, message: str) -> None:
-        self._sink((request_id, perf_counter(), message))
+            if self._posts.get(request_id) is post:  # (a cancel took it out, maybe for a new one)
+                del self._posts[request_id]
+        sink((request_id, perf_counter(), failure))
 
 
 class ThreadLoop:

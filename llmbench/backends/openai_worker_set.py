@@ -76,6 +76,7 @@ class WorkerSet(ABC):
         asked = [i for i in range(len(self._streams)) if self._alive(i)]
         for worker in asked:
             self._send(worker, ["usage", ""])
+        self.send_pending()
         deadline = time.monotonic() + USAGE_TIMEOUT_S
         while any(self._usage[i] is None and self._alive(i) for i in asked):
             if time.monotonic() > deadline:

@@ -27,6 +27,9 @@ from llmbench.backends.openai_worker_set import WorkerSet, frame, split_frames
 READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
 PIPE_BYTES = 1 << 20  # each worker's pipe to the runner holds this much, so a busy runner rarely blocks one
+# commands wait at most this long for send_pending: a burst of submits due now (a closed loop's next
+# window, as its streams end together) reaches the workers as it is made, not once all of it is
+HOLD_S = 0.001
 
 
 class WorkerPool(WorkerSet):
@@ -47,8 +50,11 @@ class WorkerPool(WorkerSet):
             for _ in range(count)
         ]
         self._index = {w.stdout.fileno(): i for i, w in enumerate(self._workers)}
+        self._outbox: list[list[bytes]] = [[] for _ in range(count)]  # frames for the next send_pending()
+        self._held_since: float | None = None  # when the oldest frame in the outbox was made
         for w in self._workers:
             grow_pipe(w.stdout.fileno())
+            grow_pipe(w.stdin.fileno())
         self._wait_ready()
 
     def close(self) -> None:
@@ -65,13 +71,26 @@ class WorkerPool(WorkerSet):
             w.stdout.close()
 
     def send_pending(self) -> None:
-        """Nothing is held: _send writes each command to the worker's unbuffered pipe at once."""
+        """Each worker's commands since the last call in one write: a write a command cost the runner
+        ~140 us each on 2 cores (the worker woken per frame), 145 ms for a burst of 1,024 starts."""
+        self._held_since = None
+        for worker, frames in enumerate(self._outbox):
+            if not frames:
+                continue
+            data = b"".join(frames)
+            frames.clear()
+            try:
+                self._workers[worker].stdin.write(data)
+            except BrokenPipeError:
+                pass  # the worker has exited: receive() fails its streams
 
     def _send(self, worker: int, message: list) -> None:
-        try:
-            self._workers[worker].stdin.write(frame(self._encode(message)))
-        except BrokenPipeError:
-            pass  # the worker has exited: receive() fails its streams
+        self._outbox[worker].append(frame(self._encode(message)))
+        now = time.perf_counter()
+        if self._held_since is None:
+            self._held_since = now
+        elif now - self._held_since >= HOLD_S:
+            self.send_pending()
 
     def _alive(self, worker: int) -> bool:
         return not self._workers[worker].stdout.closed

@@ -20,7 +20,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from llmbench.backends.openai import OpenAIBackend
+from llmbench.backends.openai import HAND_AHEAD_S, OpenAIBackend
 from llmbench.config.schema import RunConfig
 from llmbench.engine.observe.timing import StepRecord
 from llmbench.engine.request import RequestOutput, SamplingParams
@@ -36,6 +36,7 @@ class ServerBackend:
     profiles_own_steps = True  # engine steps run in the server's processes
     stamps_outputs = True
     keeps_concurrency = False  # its client's, once started
+    hands_ahead_s = HAND_AHEAD_S  # its client's
     served_model = None  # the config's model, served by llmbench serve
 
     def start(self, config: RunConfig) -> None:

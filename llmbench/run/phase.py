@@ -81,7 +81,10 @@ def run_phase(
     sampled_phase = trial == 0 and not warmup
     if state.progress:
         state.progress.phase(label, len(requests))
-    phase_start = time.perf_counter()
+    # a backend whose loop starts each request at its due time is handed it that much ahead: a burst
+    # due at once (a closed loop's first window) is prepared before its time, not while it is late
+    ahead = state.backend.hands_ahead_s
+    phase_start = time.perf_counter() + ahead
 
     def while_waiting() -> None:  # the client's work, while an in-process engine's step is on the device
         deferred.record()
@@ -90,11 +93,14 @@ def run_phase(
 
     # when a full concurrency window last opened a slot: a request that waited for it counts from then
     slot_opened = -math.inf
+    # rows of finished requests, written once the requests their slots free are handed over: writing
+    # a closed loop's window of 512 rows came first, and the next window waited for it as schedule lag
+    unwritten: list[RequestRecord] = []
     try:
         while pending or live:
             now = time.perf_counter()
             handed = 0  # a window's worth a pass: the first window is sent before more are prepared
-            while pending and now >= phase_start + pending[0].arrival_time:
+            while pending and now + ahead >= phase_start + pending[0].arrival_time:
                 if window is not None and (len(live) >= window or handed >= limit):
                     break
                 handed += 1
@@ -112,8 +118,10 @@ def run_phase(
                     hang_ups[backend_id] = live[backend_id]
                 if sampled_phase:
                     state.samples.want(backend_id, request.prompt_token_ids, request.prompt)
+            rows, unwritten = unwritten, []
+            _finish(state, rows)
             if not live:
-                time.sleep(max(0.0, phase_start + pending[0].arrival_time - time.perf_counter()))
+                time.sleep(max(0.0, phase_start + pending[0].arrival_time - ahead - time.perf_counter()))
                 continue
             was_full = limit is not None and len(live) >= limit
             outputs = _poll(state, while_waiting)
@@ -122,7 +130,7 @@ def run_phase(
                 state.samples.look(outputs)
             finished = deferred.add(outputs, arrival)
             if finished:
-                _finish(state, finished)
+                unwritten += finished
                 failed += sum(not record.succeeded for record in finished)
                 if sessions:
                     pending.finished(finished, arrival - phase_start, release=not save_tokens)
@@ -139,6 +147,7 @@ def run_phase(
                 )
             if was_full and len(live) < limit:
                 slot_opened = arrival
+        _finish(state, unwritten)
         if aborted:
             _drain(state)
         _flush_steps(state, trial, warmup)
@@ -148,7 +157,7 @@ def run_phase(
         deferred.record()
         started = [record for record in live.values() if record.output_len]
         state.not_started = len(pending) + len(live) - len(started)
-        _finish(state, started)
+        _finish(state, unwritten + started)
         _flush_steps(state, trial, warmup)
         raise
 

@@ -113,3 +113,22 @@ def test_a_submitted_request_is_sent_before_the_runners_work_in_poll():
         finally:
             backend.close()
     assert read_meanwhile == [True]
+
+
+def test_requests_handed_ahead_start_at_their_due_time():
+    with MockServer(MockSettings(ttft_ms=0, itl_ms=0, output_tokens=2)) as mock:
+        streams = ThreadLoop(StreamSettings(mock.url + "/completions", {}, 30.0, None, limit=4))
+        try:
+            body = b'{"model": "mock", "prompt": [5, 6], "max_tokens": 2, "stream": true}'
+            due = time.perf_counter() + 0.5
+            for i in range(4):
+                streams.start(str(i), body, due)
+            streams.send_pending()
+            items = []
+            deadline = time.monotonic() + 30
+            while sum(1 for item in items if item[2] is None) < 4 and time.monotonic() < deadline:
+                items += streams.receive(0.1)
+        finally:
+            streams.close()
+    begun = [(stamp, submit) for _, stamp, submit in items if isinstance(submit, float)]
+    assert len(begun) == 4 and all(submit == due <= stamp for stamp, submit in begun)
