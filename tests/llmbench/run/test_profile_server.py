@@ -30,7 +30,8 @@ RUN = {
 def run_command(tmp_path, url: str) -> tuple[object, RunSummary]:
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({**RUN, "backend": {"type": "openai", "url": url}}))
-    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run"), "--profile-server"])
+    args = ["run", str(config), "--out", str(tmp_path / "run"), "--profile-server"]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "400"})  # the trace's path on one line
     return result, RunSummary.load(tmp_path / "run")
 
 

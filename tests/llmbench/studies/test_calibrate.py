@@ -8,6 +8,7 @@ import math
 
 import pytest
 import yaml
+from llmbench.engine.loading.packaged import PACKAGED, packaged_model_path
 from typer.testing import CliRunner
 
 from llmbench.backends.client_capacity import capacity_path, choose_workers, load_capacity
@@ -162,6 +163,12 @@ def test_calibrate_runs_on_every_shipped_config(name, sharegpt, tmp_path, client
     # quickstart's input range [32, 256] refused its 16-token prompts); a ShareGPT config gets the small
     # dataset and tokenizer its comment asks for, and the fidelity run a few requests, to stay short
     directory, _ = sharegpt
+    preset = load_config(name).model.preset
+    if preset in PACKAGED:
+        try:
+            packaged_model_path(preset)
+        except ValueError:
+            pytest.skip(f"{name}: {PACKAGED[preset].distribution} not installed: {PACKAGED[preset].install}")
     sets = ["workload.num_requests=2", "workload.warmup_requests=1", "output.report=false"]
     sets += ["backend.client_lag_bound_ms=1000000"]  # the ladder climbs to its top on any host
     if load_config(name).workload.dataset.type == "sharegpt":
