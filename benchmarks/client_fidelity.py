@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from llmbench.mock_server import MockServer, MockSettings, StreamRecord
+from llmbench.results.summary import RunSummary
 
 REPO = Path(__file__).resolve().parent.parent
 MOCK = MockSettings(ttft_ms=50, itl_ms=10, output_tokens=128)
@@ -114,20 +115,20 @@ def run_llmbench(command: str, url: str, streams: int, requests: int, work: Path
     out = work / "run"
     flags = ["--out", str(out), "--force", "--no-report", *sets]
     _run([*shlex.split(command), "run", "quickstart", *flags], work)
-    summary = json.loads((out / "summary.json").read_text())
-    metrics, client = summary["metrics"], summary["client"]
+    summary = RunSummary.load(out)
+    metrics, client = summary.metrics, summary.client
     rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines() if line.strip()]
     due = min(row["submit_time"] for row in rows)
     first = [row for row in rows if row["submit_time"] == due]  # the first wave: due at the start
     written = [row["request_sent_time"] for row in first if row.get("request_sent_time") is not None]
     return {
-        "figures": {name: metrics[f"{name}_ms"] for name in FIGURES},
-        "completed": metrics["completed"],
+        "figures": {name: metrics.value(f"{name}_ms") for name in FIGURES},
+        "completed": metrics.completed,
         "burst_ms": (max(written) - due) * 1000 if written else None,
-        "client_limited": client["client_limited"],
-        "reason": client.get("reason"),
-        "schedule_lag_p99_ms": (client.get("schedule_lag_ms") or {}).get("p99"),
-        "workers": len(client.get("workers") or []),
+        "client_limited": client.client_limited,
+        "reason": client.reason,
+        "schedule_lag_p99_ms": client.schedule_lag_ms.p99 if client.schedule_lag_ms else None,
+        "workers": len(client.workers or []),
     }
 
 

@@ -19,10 +19,11 @@ ab() {  # workload mode [overrides...]
     --set engine.prefill_attention="$mode" --out "/tmp/ab_${name}_$mode" > "/tmp/ab_${name}_$mode.log" 2>&1
   cp "/tmp/ab_${name}_$mode/summary.json" "$out/${name}_$mode.json"
   python - "$out/${name}_$mode.json" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-trials = [(round(t["duration_s"], 3), round(t["output_throughput"]), round(t["mean_ttft_ms"])) for t in d["trials"]]
-print(sys.argv[1], "of bound", round(d["steps"].get("throughput_of_bound") or 0, 3), trials)
+import sys
+from llmbench.results.summary import RunSummary
+d = RunSummary.load(sys.argv[1])
+trials = [(round(t.duration_s, 3), round(t.output_throughput), round(t.latencies.mean_ttft_ms)) for t in d.trials]
+print(sys.argv[1], "of bound", round(d.steps.value("throughput_of_bound") or 0, 3), trials)
 PY
 }
 for mode in flash paged; do ab throughput "$mode"; done

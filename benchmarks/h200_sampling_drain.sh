@@ -33,17 +33,17 @@ point current-greedy "$PWD" 3
 point current-t0.8-p0.95 "$PWD" 3 "${t08[@]}" --set workload.top_p=0.95
 python - "$work/runs" "$out/sampling_drain.json" "${BEFORE_DIR:-$before}" "current tree" "$config" <<'EOF'
 import json, pathlib, statistics, sys
+from llmbench.results.summary import RunSummary
 work, target, before, after, config = pathlib.Path(sys.argv[1]), sys.argv[2], *sys.argv[3:]
 points = {}
 for run in sorted(p for p in work.iterdir() if (p / "summary.json").is_file()):
-    summary = json.loads((run / "summary.json").read_text())
-    steps = summary.get("steps") or {}
-    tok_s = [t["output_throughput"] for t in summary.get("trials") or [summary["metrics"]]]
+    summary = RunSummary.load(run)  # a file of the tree before is migrated (gpu_busy_fraction renamed)
+    tok_s = [t.output_throughput for t in summary.trials or [summary.metrics]]
     points[run.name] = {
         "median_output_tok_s": statistics.median(tok_s),
         "trials_output_tok_s": tok_s,
-        "gpu_busy_step_spans": steps.get("gpu_busy_step_spans", steps.get("gpu_busy_fraction")),
-        "mean_wait_ms": steps.get("mean_wait_ms"),
+        "gpu_busy_step_spans": summary.steps.value("gpu_busy_step_spans"),
+        "mean_wait_ms": summary.steps.mean_wait_ms,
     }
 result = {
     "command": "source .device/setup.sh && BEFORE_DIR=.baseline bash benchmarks/h200_sampling_drain.sh $OUT",

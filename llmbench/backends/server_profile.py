@@ -6,10 +6,10 @@ told in one line, and the run goes on unprofiled: nothing measured is lost for i
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import Any
+
+from llmbench.results.summary import ServerProfile
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +47,10 @@ class ServerProfiler:
         self.message = said if ok else f"the profile did not stop: {said}"
         (logger.info if ok else logger.warning)("server profile: %s", self.message)
 
-    def summary(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def summary(self) -> ServerProfile:
+        return ServerProfile(
+            url=self.url, started=self.started, stopped=self.stopped, trace=self.trace, message=self.message
+        )
 
 
 def _post(url: str, headers: dict[str, str], timeout: float) -> tuple[bool, str, str | None]:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Annotated
 
+import msgspec
 import typer
 
 import llmbench
@@ -184,7 +185,7 @@ def env(
     from llmbench.device.environment import apply_cpu_threads, collect_environment, measure_copy_bandwidth
 
     apply_cpu_threads(HardwareConfig().cpu_threads)
-    info = collect_environment()
+    info = msgspec.to_builtins(collect_environment())
     if bandwidth:
         info["bandwidth"] = measure_copy_bandwidth()
     typer.echo(json.dumps(info, indent=2))

@@ -18,29 +18,30 @@ import torch
 
 import llmbench
 from llmbench.device.ceilings import copy_seconds
+from llmbench.device.machine import Environment
 
 
-def collect_environment() -> dict[str, Any]:
+def collect_environment() -> Environment:
     """Versions and hardware, as recorded in summary.json."""
     cuda = torch.cuda.is_available()
     props = torch.cuda.get_device_properties(0) if cuda else None
-    return {
-        "llmbench": llmbench.__version__,
-        "git_commit": _git_commit(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu": _cpu_model(),
-        "cpu_cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": str(torch.__version__),  # a TorchVersion, which no JSON encoder but json.dumps takes
-        "triton": _version("triton"),
-        "transformers": _version("transformers"),
-        "flash_attn_4": _version("flash-attn-4"),  # prefill_attention: flash's kernels, when installed
-        "gpu": props.name if props else None,
-        "gpu_memory_gb": round(props.total_memory / 2**30, 1) if props else None,
-        "cuda": torch.version.cuda if cuda else None,
-        "command": command_line(),
-    }
+    return Environment(
+        llmbench=llmbench.__version__,
+        git_commit=_git_commit(),
+        python=platform.python_version(),
+        platform=platform.platform(),
+        cpu=_cpu_model(),
+        cpu_cores=os.cpu_count(),
+        torch_threads=torch.get_num_threads(),
+        torch=str(torch.__version__),  # a TorchVersion, which no JSON encoder but json.dumps takes
+        triton=_version("triton"),
+        transformers=_version("transformers"),
+        flash_attn_4=_version("flash-attn-4"),  # prefill_attention: flash's kernels, when installed
+        gpu=props.name if props else None,
+        gpu_memory_gb=round(props.total_memory / 2**30, 1) if props else None,
+        cuda=torch.version.cuda if cuda else None,
+        command=command_line(),
+    )
 
 
 def command_line() -> str:

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+
+import msgspec
 
 from llmbench.backends.loop_monitor import spread_ms
+from llmbench.results.json_file import known
 from llmbench.results.records import RequestRecord
+from llmbench.results.summary import Client, ClientWorker, Spread
 
 # a loop's process this busy is at its one core (the GIL): the client, not the server, sets the pace
 CPU_BOUND_FRACTION = 0.9
@@ -30,48 +33,54 @@ def client_summary(
     usage: list[dict] | None,
     lag_bound_ms: float,
     max_concurrency: int | None,
-) -> dict[str, Any]:
+) -> Client:
     """The block for the timed requests of `records`; `usage`: the backend's client_usage()."""
     timed = [r for r in records if not r.warmup]
     lags = [r.send_start_time - r.submit_time for r in timed if r.send_start_time is not None]
-    schedule = spread_ms(lags)
-    block: dict[str, Any] = {
-        "schedule_lag_ms": schedule,
-        "loop_lag_ms": _worst(usage or [], "loop_lag_ms"),
-        "workers": usage,
-        "max_in_flight": _max_in_flight(timed),
-        "configured_concurrency": max_concurrency,
-        **vllm_peaks(timed),
-        "lag_bound_ms": lag_bound_ms,
-    }
-    block["client_limited"], block["reason"] = _verdict(schedule, usage, lag_bound_ms)
-    return block
+    schedule = msgspec.convert(spread_ms(lags), Spread | None)
+    workers = msgspec.convert(usage, list[ClientWorker] | None)
+    limited, reason = _verdict(schedule, workers, lag_bound_ms)
+    tokens_peak, requests_peak = vllm_peaks(timed)
+    return Client(
+        schedule_lag_ms=schedule,
+        loop_lag_ms=_worst(workers or []),
+        workers=workers,
+        max_in_flight=_max_in_flight(timed),
+        configured_concurrency=max_concurrency,
+        max_output_tokens_per_s=tokens_peak,
+        max_concurrent_requests=requests_peak,
+        lag_bound_ms=lag_bound_ms,
+        client_limited=limited,
+        reason=reason,
+    )
 
 
-def _verdict(schedule: dict | None, usage: list[dict] | None, bound_ms: float) -> tuple[bool, str]:
-    if usage is None:
+def _verdict(
+    schedule: Spread | None, workers: list[ClientWorker] | None, bound_ms: float
+) -> tuple[bool, str]:
+    if workers is None:
         return False, "in-process backend: the runner hands each request to the engine, no client loop"
     reasons = []
-    if schedule is not None and schedule["p99"] > bound_ms:
+    if schedule is not None and schedule.p99 > bound_ms:
         reasons.append(
-            f"schedule lag p99 {schedule['p99']:.1f} ms > {bound_ms:g} ms (backend.client_lag_bound_ms)"
+            f"schedule lag p99 {schedule.p99:.1f} ms > {bound_ms:g} ms (backend.client_lag_bound_ms)"
         )
-    busy = [(i, w["cpu_fraction"]) for i, w in enumerate(usage) if w.get("cpu_fraction") is not None]
+    busy = [(i, w.cpu_fraction) for i, w in enumerate(workers) if known(w.cpu_fraction) is not None]
     reasons += [
         f"worker {i} at {cpu:.2f} of a core (CPU-bound)" for i, cpu in busy if cpu >= CPU_BOUND_FRACTION
     ]
     if reasons:
         return True, "; ".join(reasons)
-    lag = f"schedule lag p99 {schedule['p99']:.1f} ms" if schedule else "no schedule lag measured"
+    lag = f"schedule lag p99 {schedule.p99:.1f} ms" if schedule else "no schedule lag measured"
     top = max((cpu for _, cpu in busy), default=None)
     cpu = f"; busiest worker at {top:.2f} of a core" if top is not None else ""
     return False, f"{lag} within {bound_ms:g} ms{cpu}"
 
 
-def _worst(usage: list[dict], key: str) -> dict | None:
-    """The spread of the worker whose p99 is highest."""
-    spreads = [w[key] for w in usage if w.get(key)]
-    return max(spreads, key=lambda s: s["p99"], default=None)
+def _worst(workers: list[ClientWorker]) -> Spread | None:
+    """The loop lag of the worker whose p99 is highest."""
+    spreads = [w.loop_lag_ms for w in workers if known(w.loop_lag_ms) is not None]
+    return max(spreads, key=lambda s: s.p99, default=None)
 
 
 def _max_in_flight(records: Sequence[RequestRecord]) -> int:
@@ -88,10 +97,10 @@ def _max_in_flight(records: Sequence[RequestRecord]) -> int:
     return most
 
 
-def vllm_peaks(records: Sequence[RequestRecord]) -> dict[str, Any]:
+def vllm_peaks(records: Sequence[RequestRecord]) -> tuple[float, int]:
     """vLLM bench serve's peaks over the successful requests of each trial, the highest of the trials:
     output tokens arrived in each whole second from the trial's first submit, and requests active in
-    it (from submit to the last token)."""
+    it (from submit to the last token): (max_output_tokens_per_s, max_concurrent_requests)."""
     tokens_peak = requests_peak = 0
     for trial in sorted({r.trial for r in records}):
         done = [r for r in records if r.trial == trial and r.succeeded]
@@ -107,4 +116,4 @@ def vllm_peaks(records: Sequence[RequestRecord]) -> dict[str, Any]:
                 active[second] += 1
         tokens_peak = max(tokens_peak, max(tokens))
         requests_peak = max(requests_peak, max(active))
-    return {"max_output_tokens_per_s": float(tokens_peak), "max_concurrent_requests": requests_peak}
+    return float(tokens_peak), requests_peak

@@ -6,10 +6,10 @@ with --repeat, each figure is the median over the trials, as `metrics` is."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from llmbench.config.schema import SloConfig
-from llmbench.metrics.requests import compute_metrics, median_over_trials
+from llmbench.metrics.requests import compute_metrics, median_metrics
+from llmbench.results.metrics import Metrics
 from llmbench.results.records import RequestRecord
 
 
@@ -18,12 +18,12 @@ def per_model_metrics(
     models: Sequence[str],
     percentiles: Sequence[float],
     slo: SloConfig | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Metrics]:
     """{model: metrics} in the order `models` names them (a model no request went to: all counts 0)."""
     timed = [r for r in records if not r.warmup]
     trials = sorted({r.trial for r in timed}) or [0]
     return {
-        model: median_over_trials(
+        model: median_metrics(
             [
                 compute_metrics([r for r in timed if r.trial == k and r.model == model], percentiles, slo)
                 for k in trials

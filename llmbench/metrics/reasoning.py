@@ -12,7 +12,6 @@ summary of every other run is what it was."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from llmbench.results.records import RequestRecord
 
@@ -44,7 +43,7 @@ def answer_start(record: RequestRecord) -> int | None:
     return record.answer_start if record.reasoning_tokens is not None else 0
 
 
-def reasoning_counts(done: Sequence[RequestRecord]) -> dict[str, Any]:
+def reasoning_counts(done: Sequence[RequestRecord]) -> dict[str, int]:
     """Output tokens split into reasoning and answer, and the requests that ended before answering."""
     reasoning = sum(r.reasoning_tokens or 0 for r in done)
     return {

@@ -10,20 +10,23 @@ every request has returned). Warm-up requests are left out of all of it, failed 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from llmbench.config.schema import SloConfig
 from llmbench.metrics.reasoning import has_reasoning, reasoning_counts, reasoning_samples
+from llmbench.results.metrics import PERCENTILE_PATTERN, Latencies, Metrics, file_metrics, type_metrics
 from llmbench.results.records import CANCELLED, RequestRecord
 
 
 def compute_metrics(
     records: Sequence[RequestRecord], percentiles: Sequence[float], slo: SloConfig | None = None
-) -> dict[str, Any]:
-    """The metrics dict of one trial. A latency no request contributes to is None, not 0."""
+) -> Metrics:
+    """One trial's metrics. A latency no request contributes to is None, not 0."""
     timed = [r for r in records if not r.warmup]
     done = [r for r in timed if r.succeeded]
     samples = latency_samples(timed)
@@ -32,24 +35,32 @@ def compute_metrics(
     output_tokens = sum(r.output_len for r in done)
 
     cancelled = sum(r.finish_reason == CANCELLED for r in timed)  # the client hung up: no failure
-    metrics: dict[str, Any] = {
-        "completed": len(done),
-        "failed": len(timed) - len(done) - cancelled,
-        "timed_out": sum(r.finish_reason == "timeout" for r in timed),  # of the failed
-        "cancelled": cancelled,
-        "duration_s": duration,
-        "total_input_tokens": input_tokens,
-        "total_output_tokens": output_tokens,
-        "request_throughput": _rate(len(done), duration),
-        "output_throughput": _rate(output_tokens, duration),
-        "total_token_throughput": _rate(input_tokens + output_tokens, duration),
-        "request_goodput": _rate(_good_count(done, slo), duration) if slo and slo.any else None,
-    }
+    stats: dict[str, float | None] = {}
     for name in samples:  # the reasoning latencies only where a request streamed reasoning
-        metrics.update(latency_stats(name, [s * 1000 for s in samples[name]], percentiles))
-    if has_reasoning(timed):
-        metrics.update(reasoning_counts(done))
-    return metrics
+        stats.update(latency_stats(name, [s * 1000 for s in samples[name]], percentiles))
+    return Metrics(
+        completed=len(done),
+        failed=len(timed) - len(done) - cancelled,
+        timed_out=sum(r.finish_reason == "timeout" for r in timed),  # of the failed
+        cancelled=cancelled,
+        duration_s=duration,
+        total_input_tokens=input_tokens,
+        total_output_tokens=output_tokens,
+        request_throughput=_rate(len(done), duration),
+        output_throughput=_rate(output_tokens, duration),
+        total_token_throughput=_rate(input_tokens + output_tokens, duration),
+        request_goodput=_rate(_good_count(done, slo), duration) if slo and slo.any else None,
+        latencies=latencies(stats),
+        **(reasoning_counts(done) if has_reasoning(timed) else {}),
+    )
+
+
+def latencies(stats: dict[str, float | None]) -> Latencies:
+    """latency_stats' figures as Latencies: the percentiles, whose keys the config sets, apart."""
+    percentiles = {key: value for key, value in stats.items() if _PERCENTILE.match(key)}
+    return Latencies(
+        **{key: value for key, value in stats.items() if key not in percentiles}, percentiles=percentiles
+    )
 
 
 def _end_time(record: RequestRecord) -> float:
@@ -94,7 +105,9 @@ def arrival_gaps(token_times: Sequence[float], same_read_events: Sequence[int] |
     return [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
 
 
-def latency_stats(name: str, values_ms: Sequence[float], percentiles: Sequence[float]) -> dict[str, Any]:
+def latency_stats(
+    name: str, values_ms: Sequence[float], percentiles: Sequence[float]
+) -> dict[str, float | None]:
     """mean/median/std/min/max and p<P> of one latency, under vLLM's `<stat>_<name>_ms` keys."""
     keys = ["mean", "median", "std", "min", "max"] + [f"p{p:g}" for p in percentiles]
     if not values_ms:
@@ -102,6 +115,13 @@ def latency_stats(name: str, values_ms: Sequence[float], percentiles: Sequence[f
     v = np.asarray(values_ms, dtype=float)
     stats = [v.mean(), np.median(v), v.std(), v.min(), v.max()] + [np.percentile(v, p) for p in percentiles]
     return {f"{k}_{name}_ms": float(s) for k, s in zip(keys, stats, strict=True)}
+
+
+def median_metrics(trials: Sequence[Metrics]) -> Metrics:
+    """Each figure's median over repeated trials (median_over_trials on the file's keys, where each
+    configured percentile is a figure of its own)."""
+    flat = median_over_trials([file_metrics(msgspec.to_builtins(trial)) for trial in trials])
+    return msgspec.convert(type_metrics(flat), Metrics)
 
 
 def median_over_trials(trials: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -118,6 +138,9 @@ def median_over_trials(trials: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if values and all(isinstance(v, int) for v in values):
             merged[key] = int(round(merged[key]))
     return merged
+
+
+_PERCENTILE = re.compile(PERCENTILE_PATTERN)
 
 
 def _rate(count: float, duration: float) -> float:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmbench.metrics.step_costs import StepCosts, gpu_seconds, ran_forward
+from llmbench.results.metrics import Metrics
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -51,7 +52,7 @@ def bound_summary(
     rows: Sequence[dict[str, Any]],
     config: dict[str, Any],
     ceilings: dict[str, Any],
-    trials: Sequence[dict[str, Any]],
+    trials: Sequence[Metrics],
 ) -> dict[str, Any]:
     """The ceilings, and with them bound_s, bound_output_throughput and throughput_of_bound; when a
     figure cannot be had, `bound_unavailable` says why and the figures are None."""
@@ -69,8 +70,8 @@ def bound_summary(
     if None in bounds:
         return {**summary, "bound_unavailable": "steps without batch context (num_context_tokens)"}
     bound_s, serial_s = (sum(column) for column in zip(*bounds, strict=True))
-    tokens = sum(t["total_output_tokens"] for t in trials)
-    duration = sum(t["duration_s"] for t in trials)
+    tokens = sum(t.total_output_tokens for t in trials)
+    duration = sum(t.duration_s for t in trials)
     if not (bound_s > 0 and tokens and duration > 0):
         return {**summary, "bound_s": bound_s, "bound_unavailable": "no output tokens in the timed trials"}
     return {

@@ -14,14 +14,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmbench.metrics.prometheus import COUNTERS, GAUGES, HISTOGRAMS, SPEC_COUNTERS, SPEC_GAUGES
+from llmbench.results.summary import ServerMetrics
 
 Row = tuple[float, int, dict[str, float]]  # (seconds since the run started, trial, quantities)
 
 
-def summarize_scrapes(rows: Sequence[Row]) -> dict[str, Any]:
+def summarize_scrapes(url: str, rows: Sequence[Row], sources: dict[str, str]) -> ServerMetrics:
+    """The block of a server scraped at `url` (at least once); `sources`: the Prometheus name each
+    quantity was read from."""
     trials: dict[int, list[dict[str, float]]] = {}
     for _, trial, values in rows:
         trials.setdefault(trial, []).append(values)
+    # the quantities' names are Prometheus's lists' (metrics/prometheus.py), each a field of ServerMetrics
     summary: dict[str, Any] = {"scrapes": len(rows)}
     for quantity in COUNTERS:
         summary[quantity] = _increase(trials.values(), quantity)
@@ -36,7 +40,7 @@ def summarize_scrapes(rows: Sequence[Row]) -> dict[str, Any]:
         summary[f"max_{quantity}"] = max(seen) if seen else None
     summary["prefix_cache_hit_rate_by_trial"] = [_hit_rate(scrapes) for scrapes in trials.values()]
     summary.update(spec_decode_summary(list(trials.values())))
-    return summary
+    return ServerMetrics(url=url, available=True, **summary, sources=sources)
 
 
 def _hit_rate(scrapes: list[dict[str, float]]) -> float | None:

@@ -11,17 +11,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
 import numpy as np
 import yaml
 
 from llmbench.config.schema import OutputConfig, SloConfig
-from llmbench.metrics.requests import compute_metrics, latency_samples, median_over_trials
+from llmbench.metrics.requests import compute_metrics, latency_samples, median_metrics
 from llmbench.metrics.steps import summarize_steps
 from llmbench.results.ablation import Ablation
 from llmbench.results.json_file import ResultFileError, StudyFile
 from llmbench.results.metrics import Metrics
 from llmbench.results.records import RequestRecord
-from llmbench.results.summary import RunSummary
+from llmbench.results.steps import Steps
+from llmbench.results.summary import SCHEMA_VERSION, RunSummary
 from llmbench.results.sweep import Sweep
 
 if TYPE_CHECKING:
@@ -82,7 +84,7 @@ def load_run(path: Path) -> RunData:
     records = [_record(r) for r in measured]
     if not complete:
         log.warning("%s: incomplete run, metrics recomputed from its row files", path)
-        summary = _rebuild_summary(path, summary.to_dict() if summary else {}, records, steps)
+        summary = _rebuild_summary(path, summary, records, steps)
     samples = {
         key: np.asarray(values, dtype=float) * 1000 for key, values in latency_samples(records).items()
     }
@@ -182,30 +184,40 @@ def _record(row: dict[str, Any]) -> RequestRecord:
 
 
 def _rebuild_summary(
-    path: Path, summary: dict[str, Any], records: list[RequestRecord], steps: pd.DataFrame | None
+    path: Path, summary: RunSummary | None, records: list[RequestRecord], steps: pd.DataFrame | None
 ) -> RunSummary:
-    """The summary of a run cut short, from its rows: the file's object where there is one, its
-    metrics and steps recomputed."""
-    config = summary.get("config") or _read_config(path / "config.yaml")
+    """The summary of a run cut short, from its rows: the file's where there is one, its metrics and
+    steps recomputed."""
+    # the config as the user wrote it (config.yaml when no summary holds it): an open mapping
+    config = (summary.config if summary else None) or _read_config(path / "config.yaml")
     output = config.get("output") or {}
     percentiles = output.get("percentiles") or OutputConfig().percentiles
     slo = _slo(config.get("slo"))
     trial_ids = sorted({r.trial for r in records})
     trials = [compute_metrics([r for r in records if r.trial == t], percentiles, slo) for t in trial_ids]
-    rebuilt = dict(summary)
-    rebuilt.update(
-        name=summary.get("name") or config.get("name") or path.name,
+    step_rows = steps.to_dict("records") if steps is not None else []
+    try:
+        rebuilt_steps = msgspec.convert(summarize_steps(step_rows, config), Steps)
+    except msgspec.ValidationError as e:
+        raise ReportError(f"{path / 'steps.csv'}: {e}") from None
+    if summary is None:
+        summary = RunSummary(
+            schema_version=SCHEMA_VERSION,
+            name="",
+            complete=False,
+            config=config,
+            metrics=None,
+            steps=rebuilt_steps,
+        )
+    return msgspec.structs.replace(
+        summary,
+        name=summary.name or config.get("name") or path.name,
         complete=False,
         config=config,
-        metrics=median_over_trials(trials) if trials else compute_metrics([], percentiles, slo),
-        steps=summarize_steps(steps.to_dict("records") if steps is not None else [], config),
+        metrics=median_metrics(trials) if trials else compute_metrics([], percentiles, slo),
+        steps=rebuilt_steps,
+        trials=trials if len(trials) > 1 else summary.trials,
     )
-    if len(trials) > 1:
-        rebuilt["trials"] = trials
-    try:
-        return RunSummary.from_dict(rebuilt, path / "summary.json")
-    except ResultFileError as e:
-        raise ReportError(str(e)) from None
 
 
 def _read_config(path: Path) -> dict[str, Any]:

@@ -10,32 +10,13 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from llmbench.device.machine import Environment
 from llmbench.results.json_file import ResultFileError, convert, migrate, read_object, write
 from llmbench.results.metrics import Metrics, TurnMetrics, flatten, unflatten
 from llmbench.results.steps import Steps
 
 SCHEMA_VERSION = 2
 WHAT = "summary"
-
-
-class Environment(msgspec.Struct, kw_only=True):
-    """Versions and hardware the run had (device/environment.py); None where there is none."""
-
-    llmbench: str | None = None
-    git_commit: str | None = None
-    python: str | None = None
-    platform: str | None = None
-    cpu: str | None = None
-    cpu_cores: int | None = None
-    torch_threads: int | None = None
-    torch: str | None = None
-    triton: str | None = None
-    transformers: str | None = None
-    flash_attn_4: str | None | UnsetType = UNSET
-    gpu: str | None = None
-    gpu_memory_gb: float | None = None
-    cuda: str | None = None
-    command: str | None = None
 
 
 class Spread(msgspec.Struct):

@@ -12,7 +12,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from llmbench.backends.base import Backend
 from llmbench.backends.cache_reset import reset_prefix_cache, root_of
@@ -30,6 +29,7 @@ from llmbench.metrics.roofline import bound_summary
 from llmbench.metrics.steps import summarize_steps
 from llmbench.metrics.turns import per_turn_metrics
 from llmbench.profiling.window import STEP_HOOK, window_from_env
+from llmbench.results.metrics import Metrics
 from llmbench.results.summary import RunSummary
 from llmbench.run.phase import RunState, RunStopped, run_phase
 from llmbench.run.plan import Workload, build_workload
@@ -38,7 +38,7 @@ from llmbench.run.progress import Progress
 from llmbench.run.result_files import ResultWriter
 from llmbench.run.signals import interrupt_name
 from llmbench.run.step_rows import StepRows
-from llmbench.run.summary import build_summary, nothing_completed, typed_summary
+from llmbench.run.summary import build_summary, nothing_completed
 from llmbench.run.telemetry import Telemetry
 
 logger = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def run_benchmark(
         state = RunState(
             backend, writer, config, progress, run_start, steps, window=window, telemetry=telemetry
         )
-        trial_metrics: list[dict[str, Any]] = []
+        trial_metrics: list[Metrics] = []
         warnings: list[str] = []
         complete = False
         stopped = interrupted = None  # what stopped the run early, said in stop_reason
@@ -121,39 +121,38 @@ def run_benchmark(
                 | telemetry.steps_summary(trial_metrics),
             )
             telemetry.finish(summary, run_dir)
-            summary["client"] = client_summary(
+            summary.client = client_summary(
                 state.records,
                 backend.client_usage(),
                 config.backend.client_lag_bound_ms,
                 config.workload.max_concurrency,
             )
             if config.workload.session.turns > 1:
-                summary["turns"] = per_turn_metrics(state.records, config.output.percentiles, config.slo)
+                summary.turns = per_turn_metrics(state.records, config.output.percentiles, config.slo)
             if config.backend.models:
                 names = [m.name for m in config.backend.models]
-                summary["models"] = per_model_metrics(
+                summary.models = per_model_metrics(
                     state.records, names, config.output.percentiles, config.slo
                 )
             samples = state.samples.texts(config)
             if samples:
-                summary["samples"] = samples
+                summary.samples = samples
             if backend.served_model is not None:
-                summary["served_model"] = backend.served_model
+                summary.served_model = backend.served_model
             if profiler is not None:
-                summary["server_profile"] = profiler.summary()
+                summary.server_profile = profiler.summary()
             if warnings:
-                summary["warnings"] = warnings
+                summary.warnings = warnings
             if stopped:
-                summary["stop_reason"] = stopped
+                summary.stop_reason = stopped
             elif interrupted:
                 unstarted = f"{state.not_started} request{'' if state.not_started == 1 else 's'}"
-                summary["stop_reason"] = f"interrupted ({interrupted}); {unstarted} not started"
-            typed = typed_summary(summary)
-            writer.write_summary(typed)
+                summary.stop_reason = f"interrupted ({interrupted}); {unstarted} not started"
+            writer.write_summary(summary)
             writer.close()
         if check and complete:
             backend.check_empty()
-        return RunResult(Path(run_dir), typed, bool(interrupted), stopped)
+        return RunResult(Path(run_dir), summary, bool(interrupted), stopped)
     finally:
         backend.close()
 
@@ -163,7 +162,7 @@ def _run_trials(
     first: Workload,
     workloads: Iterable[Workload],
     repeat: int,
-    trial_metrics: list[dict[str, Any]],
+    trial_metrics: list[Metrics],
     warnings: list[str],
     reset: str | None,
     profiler: ServerProfiler | None,
@@ -188,10 +187,10 @@ def _run_trials(
                 state.records[start:], state.config.output.percentiles, state.config.slo
             )
             # requests a Ctrl-C or a stop cut off before their first token are neither done nor failed
-            metrics["not_started"] = state.not_started
+            metrics.not_started = state.not_started
             cache = trial_cache(k, state.records[start:], state.prefixes)
-            metrics["cached_prompt_tokens"] = cache.cached_prompt_tokens
-            metrics["warm_cache_requests"] = cache.warm_cache_requests
+            metrics.cached_prompt_tokens = cache.cached_prompt_tokens
+            metrics.warm_cache_requests = cache.warm_cache_requests
             if cache.warning:
                 warnings.append(cache.warning)
                 logger.warning(cache.warning)

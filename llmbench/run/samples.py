@@ -10,10 +10,10 @@ token ids (an HTTP stream's) gives no samples."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from llmbench.config.schema import RunConfig
 from llmbench.engine.request import RequestOutput, StepOutputs
+from llmbench.results.summary import Sample
 
 SAMPLE_REQUESTS = 3
 PROMPT_HEAD, PROMPT_TAIL, COMPLETION_CHARS = 160, 160, 400
@@ -43,7 +43,7 @@ class SampleCatcher:
             if output.finished and output.request_id in self._prompts:
                 self._outputs[output.request_id] = list(output.token_ids)
 
-    def texts(self, config: RunConfig) -> list[dict[str, Any]]:
+    def texts(self, config: RunConfig) -> list[Sample]:
         """summary.json's `samples`: prompt and completion of each sample, shortened; [] without a
         tokenizer of the model's own or tokens."""
         if not any(self._outputs.values()) or not has_own_tokenizer(config):
@@ -61,13 +61,13 @@ class SampleCatcher:
             if not output:
                 continue
             samples.append(
-                {
-                    "request": backend_id,
-                    "prompt": shorten_prompt(prompt if prompt is not None else tokenizer.decode(prompt_ids)),
-                    "completion": shorten(tokenizer.decode(output), COMPLETION_CHARS),
-                    "prompt_tokens": len(prompt_ids),
-                    "output_tokens": len(output),
-                }
+                Sample(
+                    request=backend_id,
+                    prompt=shorten_prompt(prompt if prompt is not None else tokenizer.decode(prompt_ids)),
+                    completion=shorten(tokenizer.decode(output), COMPLETION_CHARS),
+                    prompt_tokens=len(prompt_ids),
+                    output_tokens=len(output),
+                )
             )
         return samples
 

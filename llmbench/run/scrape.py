@@ -10,12 +10,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 from urllib.parse import urlsplit
 
 from llmbench.config.schema import RunConfig
 from llmbench.metrics.prometheus import known_quantities, parse_samples
 from llmbench.metrics.server_side import summarize_scrapes
+from llmbench.results.summary import ServerMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class MetricsScraper:
             lines.append(",".join([f"{t:.3f}", str(trial), *cells]))
         return "\n".join(lines) + "\n"
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ServerMetrics:
         if not self.rows:
-            return {"url": self.url, "available": False, "reason": self.error or "no scrape was taken"}
-        return {"url": self.url, "available": True, **summarize_scrapes(self.rows), "sources": self.sources}
+            return ServerMetrics(url=self.url, available=False, reason=self.error or "no scrape was taken")
+        return summarize_scrapes(self.url, self.rows, self.sources)

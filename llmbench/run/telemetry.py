@@ -14,6 +14,8 @@ from llmbench.device.ceilings import run_clocks, why_no_gpu_samples
 from llmbench.device.clocks import ClockSampler
 from llmbench.device.power import no_power, power_series, power_summary
 from llmbench.results.files import write_atomic
+from llmbench.results.metrics import Metrics
+from llmbench.results.summary import RunSummary
 from llmbench.run.scrape import MetricsScraper, metrics_url
 
 
@@ -35,17 +37,17 @@ class Telemetry:
     def __exit__(self, *exc) -> None:
         self._stack.close()
 
-    def steps_summary(self, trial_metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    def steps_summary(self, trial_metrics: list[Metrics]) -> dict[str, Any]:
         """The GPU's figures over the timed trials, for summary.json's steps: energy, joules per output
         token and power (null, with the reason, without a GPU to read), then the SM clock."""
         if self.clocks is None:
             return no_power(why_no_gpu_samples(self.config))
-        output_tokens = [m["total_output_tokens"] for m in trial_metrics]
+        output_tokens = [m.total_output_tokens for m in trial_metrics]
         power = power_summary(self.clocks.samples, self.clocks.spans, output_tokens)
         self.gpu_series = power_series(self.clocks.samples, self.run_start)
         return power | run_clocks(self.clocks)  # run_clocks takes the samples: after the power's
 
-    def finish(self, summary: dict[str, Any], run_dir: Path) -> None:
+    def finish(self, summary: RunSummary, run_dir: Path) -> None:
         """The server's figures into the summary; the GPU's samples into gpu_samples.csv and the
         server's scrapes into server_metrics.csv."""
         if self.gpu_series:
@@ -56,6 +58,6 @@ class Telemetry:
             write_atomic(Path(run_dir) / "gpu_samples.csv", "\n".join(lines) + "\n")
         if self.scraper is None:
             return
-        summary["server_metrics"] = self.scraper.summary()
+        summary.server_metrics = self.scraper.summary()
         if self.scraper.rows:
             write_atomic(Path(run_dir) / "server_metrics.csv", self.scraper.csv_text())

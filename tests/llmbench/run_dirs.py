@@ -8,11 +8,14 @@ import math
 import re
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from llmbench.config.schema import SloConfig
+from llmbench.device.machine import Environment
 from llmbench.metrics.requests import compute_metrics
 from llmbench.metrics.steps import summarize_steps
+from llmbench.results.metrics import file_metrics
 from llmbench.results.records import RequestRecord
 from llmbench.run.summary import build_summary
 
@@ -107,15 +110,21 @@ def make_run_dir(
         records = [RequestRecord.from_dict({k: v for k, v in r.items() if k != "prompt"}) for r in requests]
         metrics = compute_metrics(records, PERCENTILES, SloConfig(ttft_ms=45.0))
         summary = build_summary(
-            name, True, "2025-01-01T00:00:00+00:00", config, ENVIRONMENT, [metrics], summarize_steps(steps)
+            name,
+            True,
+            "2025-01-01T00:00:00+00:00",
+            config,
+            Environment(**ENVIRONMENT),
+            [metrics],
+            summarize_steps(steps),
         )
-        (path / "summary.json").write_text(json.dumps(summary))
+        (path / "summary.json").write_text(json.dumps(summary.to_dict()))
     return path
 
 
 def metrics_with(**figures: float) -> dict:
     """A metrics object as a file has it (every key), no request measured but `figures`."""
-    return compute_metrics([], PERCENTILES, None) | figures
+    return file_metrics(msgspec.to_builtins(compute_metrics([], PERCENTILES, None))) | figures
 
 
 def write_ablation(path: Path, throughputs: dict[str, float]) -> None:

@@ -6,6 +6,7 @@ import time
 import types
 from types import SimpleNamespace
 
+import msgspec
 import pytest
 import torch
 
@@ -13,7 +14,9 @@ from llmbench.config.load import parse_config
 from llmbench.device.clocks import ClockSampler
 from llmbench.device.nvml import GpuSample, NvmlUnavailable, open_reader
 from llmbench.device.power import POWER_KEYS, no_power, power_series, power_summary
+from llmbench.metrics.requests import compute_metrics
 from llmbench.report.telemetry_plots import power_over_time
+from llmbench.results.metrics import Metrics
 from llmbench.run.telemetry import Telemetry
 
 
@@ -172,7 +175,7 @@ def test_the_run_s_sampler_gives_energy_per_trial_and_joules_per_token(fake_gpu,
         nvml.energy_mj += 500_000
     spans = [*sampler.spans, len(sampler.samples)]
     reads = [b - a for a, b in zip(spans, spans[1:], strict=False)]
-    steps = telemetry.steps_summary([{"total_output_tokens": 40}, {"total_output_tokens": 60}])
+    steps = telemetry.steps_summary([_trial(40), _trial(60)])
     assert steps["energy_j"] == pytest.approx(sum(n - 1 for n in reads))  # 1 J a read, within each trial
     assert steps["joules_per_output_token"] == pytest.approx(steps["energy_j"] / 100)
     by_trial = [(reads[0] - 1) / 40, (reads[1] - 1) / 60]
@@ -194,3 +197,8 @@ def test_a_cpu_run_has_the_power_keys_null_with_the_reason(tmp_path):
     assert all(steps[key] is None for key in POWER_KEYS)
     assert steps["power_unavailable"] == "model.executor null: no model runs on a GPU"
     assert not (tmp_path / "run" / "gpu_samples.csv").exists()
+
+
+def _trial(output_tokens: int) -> Metrics:
+    """A trial's metrics with `output_tokens` (no request measured otherwise)."""
+    return msgspec.structs.replace(compute_metrics([], [50]), total_output_tokens=output_tokens)

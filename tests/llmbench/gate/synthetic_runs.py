@@ -1,9 +1,11 @@
 """summary.json contents of made-up runs whose metrics scale by a known slowdown, for the comparisons."""
 
+import msgspec
 import numpy as np
 
 from llmbench.gate.load import Side
 from llmbench.metrics.requests import compute_metrics
+from llmbench.results.metrics import file_metrics
 from llmbench.results.summary import RunSummary
 
 PERCENTILES = [50.0, 90.0, 95.0, 99.0]
@@ -32,7 +34,11 @@ def summary(trials: list[dict], steps: dict | None = None) -> dict:
 
 def full_metrics(figures: dict) -> dict:
     """`figures` over a trial that completed 100 requests, every other key of the file null."""
-    return {**compute_metrics([], PERCENTILES), "completed": 100, **figures}
+    return {
+        **file_metrics(msgspec.to_builtins(compute_metrics([], PERCENTILES))),
+        "completed": 100,
+        **figures,
+    }
 
 
 def summary_file(figures: dict, steps: dict | None = None) -> dict:

@@ -1,10 +1,12 @@
 import math
 
+import msgspec
 import pytest
 
 from llmbench.config.schema import SloConfig
 from llmbench.metrics.requests import arrival_gaps, compute_metrics, median_over_trials
 from llmbench.metrics.steps import summarize_steps
+from llmbench.results.metrics import file_metrics
 from llmbench.results.records import RequestRecord
 
 PCTS = [50, 90, 99]
@@ -33,30 +35,30 @@ D = record("d", -5.0, [-4.0, -3.0], warmup=True)
 
 def test_every_metric_on_hand_made_timestamps():
     m = compute_metrics([D, A, B, C], PCTS)
-    assert (m["completed"], m["failed"]) == (2, 1)
-    assert m["duration_s"] == pytest.approx(1.3)  # first timed submit (0.0) to last completion (1.3)
-    assert (m["total_input_tokens"], m["total_output_tokens"]) == (30, 6)
-    assert m["request_throughput"] == pytest.approx(2 / 1.3)
-    assert m["output_throughput"] == pytest.approx(6 / 1.3)
-    assert m["total_token_throughput"] == pytest.approx(36 / 1.3)
-    assert m["request_goodput"] is None  # no SLO given
+    assert (m.completed, m.failed) == (2, 1)
+    assert m.duration_s == pytest.approx(1.3)  # first timed submit (0.0) to last completion (1.3)
+    assert (m.total_input_tokens, m.total_output_tokens) == (30, 6)
+    assert m.request_throughput == pytest.approx(2 / 1.3)
+    assert m.output_throughput == pytest.approx(6 / 1.3)
+    assert m.total_token_throughput == pytest.approx(36 / 1.3)
+    assert m.request_goodput is None  # no SLO given
     # TTFT: 100 and 300 ms
-    assert m["mean_ttft_ms"] == pytest.approx(200)
-    assert m["median_ttft_ms"] == pytest.approx(200)
-    assert m["std_ttft_ms"] == pytest.approx(100)
-    assert (m["min_ttft_ms"], m["max_ttft_ms"]) == pytest.approx((100, 300))
-    assert m["p90_ttft_ms"] == pytest.approx(280)
-    assert m["p99_ttft_ms"] == pytest.approx(298)
+    assert m.latencies.mean_ttft_ms == pytest.approx(200)
+    assert m.latencies.median_ttft_ms == pytest.approx(200)
+    assert m.latencies.std_ttft_ms == pytest.approx(100)
+    assert (m.latencies.min_ttft_ms, m.latencies.max_ttft_ms) == pytest.approx((100, 300))
+    assert m.latencies.percentiles["p90_ttft_ms"] == pytest.approx(280)
+    assert m.latencies.percentiles["p99_ttft_ms"] == pytest.approx(298)
     # TPOT: only A, (500 - 100) / 4; the 1-token request is excluded
     for stat in ("mean", "median", "min", "max", "p50", "p99"):
-        assert m[f"{stat}_tpot_ms"] == pytest.approx(100)
-    assert m["std_tpot_ms"] == pytest.approx(0)
+        assert m.value(f"{stat}_tpot_ms") == pytest.approx(100)
+    assert m.latencies.std_tpot_ms == pytest.approx(0)
     # ITL: A's chunk is one arrival, so gaps are 100 and 300 ms; B has none
-    assert m["mean_itl_ms"] == pytest.approx(200)
-    assert (m["min_itl_ms"], m["max_itl_ms"]) == pytest.approx((100, 300))
+    assert m.latencies.mean_itl_ms == pytest.approx(200)
+    assert (m.latencies.min_itl_ms, m.latencies.max_itl_ms) == pytest.approx((100, 300))
     # E2EL: 500 and 300 ms
-    assert m["mean_e2el_ms"] == pytest.approx(400)
-    assert m["max_e2el_ms"] == pytest.approx(500)
+    assert m.latencies.mean_e2el_ms == pytest.approx(400)
+    assert m.latencies.max_e2el_ms == pytest.approx(500)
 
 
 def test_duration_runs_until_a_failure_that_finishes_last():
@@ -64,14 +66,14 @@ def test_duration_runs_until_a_failure_that_finishes_last():
     E = record("e", 0.2, [0.4], finish="timeout")
     E.finish_time = 2.0
     m = compute_metrics([D, A, B, C, E], PCTS)
-    assert (m["completed"], m["failed"]) == (2, 2)
-    assert m["duration_s"] == pytest.approx(2.0)
-    assert m["output_throughput"] == pytest.approx(6 / 2.0)
-    assert m["request_throughput"] == pytest.approx(2 / 2.0)
-    assert m["max_e2el_ms"] == pytest.approx(500)  # its latencies stay out
+    assert (m.completed, m.failed) == (2, 2)
+    assert m.duration_s == pytest.approx(2.0)
+    assert m.output_throughput == pytest.approx(6 / 2.0)
+    assert m.request_throughput == pytest.approx(2 / 2.0)
+    assert m.latencies.max_e2el_ms == pytest.approx(500)  # its latencies stay out
     # every request failed: the run still lasted, and served nothing
     m = compute_metrics([C, E], PCTS)
-    assert (m["duration_s"], m["output_throughput"]) == (pytest.approx(1.8), 0.0)  # 0.2 to 2.0
+    assert (m.duration_s, m.output_throughput) == (pytest.approx(1.8), 0.0)  # 0.2 to 2.0
 
 
 def test_runner_records_when_each_request_ended(tmp_path):
@@ -98,22 +100,22 @@ def test_key_names_follow_vllm():
     m = compute_metrics([A, B], [50, 99.9])
     keys = "request_throughput output_throughput total_token_throughput mean_ttft_ms median_ttft_ms"
     keys += " p99.9_ttft_ms mean_tpot_ms mean_itl_ms p50_itl_ms mean_e2el_ms std_e2el_ms completed failed"
-    assert set(keys.split()) <= set(m)
+    assert set(keys.split()) <= set(file_metrics(msgspec.to_builtins(m)))
 
 
 def test_goodput_counts_requests_meeting_every_slo():
-    assert compute_metrics([A, B], PCTS, SloConfig(ttft_ms=200))["request_goodput"] == pytest.approx(1 / 1.3)
+    assert compute_metrics([A, B], PCTS, SloConfig(ttft_ms=200)).request_goodput == pytest.approx(1 / 1.3)
     # A's TPOT is 100 ms; B has one token, so no TPOT to miss
-    assert compute_metrics([A, B], PCTS, SloConfig(tpot_ms=50))["request_goodput"] == pytest.approx(1 / 1.3)
+    assert compute_metrics([A, B], PCTS, SloConfig(tpot_ms=50)).request_goodput == pytest.approx(1 / 1.3)
     both = SloConfig(ttft_ms=200, tpot_ms=50)
-    assert compute_metrics([A, B], PCTS, both)["request_goodput"] == 0.0
-    assert compute_metrics([A, B], PCTS, SloConfig(e2el_ms=1000))["request_goodput"] == pytest.approx(2 / 1.3)
+    assert compute_metrics([A, B], PCTS, both).request_goodput == 0.0
+    assert compute_metrics([A, B], PCTS, SloConfig(e2el_ms=1000)).request_goodput == pytest.approx(2 / 1.3)
 
 
 def test_no_completed_requests_gives_zero_rates_and_no_latencies():
     m = compute_metrics([C], PCTS)
-    assert (m["completed"], m["failed"], m["duration_s"], m["output_throughput"]) == (0, 1, 0.0, 0.0)
-    assert m["mean_ttft_ms"] is None and m["p99_itl_ms"] is None
+    assert (m.completed, m.failed, m.duration_s, m.output_throughput) == (0, 1, 0.0, 0.0)
+    assert m.latencies.mean_ttft_ms is None and m.latencies.percentiles["p99_itl_ms"] is None
 
 
 def test_chunks_count_as_one_gap():

@@ -1,10 +1,13 @@
 """Reading a server's Prometheus text into the quantities a run keeps, whichever server wrote it, and
 summarizing scrapes into increases, server-side means and gauge statistics."""
 
+import msgspec
 import pytest
 
 from llmbench.metrics.prometheus import ExpositionError, known_quantities, parse_samples
 from llmbench.metrics.server_side import summarize_scrapes
+
+URL = "http://127.0.0.1:8000/metrics"
 
 VLLM = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -85,18 +88,18 @@ def test_scrapes_become_increases_per_trial_server_means_and_gauge_statistics():
         row(9.0, 1, 500, 10.0, 100, 6),
         row(10.0, 1, 600, 12.0, 110, 0),
     ]
-    summary = summarize_scrapes(rows)
-    assert summary["scrapes"] == 5
-    assert summary["generation_tokens"] == 100 + 100
-    assert summary["server_mean_ttft_ms"] == pytest.approx((2.0 + 2.0) / (20 + 10) * 1000)
-    assert summary["mean_running"] == pytest.approx(12 / 5) and summary["max_running"] == 6
-    assert summary["prompt_tokens"] is None and summary["server_mean_itl_ms"] is None
-    assert summary["mean_waiting"] is None
+    summary = summarize_scrapes(URL, rows, {})
+    assert summary.scrapes == 5
+    assert summary.generation_tokens == 100 + 100
+    assert summary.server_mean_ttft_ms == pytest.approx((2.0 + 2.0) / (20 + 10) * 1000)
+    assert summary.mean_running == pytest.approx(12 / 5) and summary.max_running == 6
+    assert summary.prompt_tokens is None and summary.server_mean_itl_ms is None
+    assert summary.mean_waiting is None
 
 
 def test_a_counter_that_went_down_was_reset_and_its_increase_is_unknown():
     rows = [(0.0, 0, {"prompt_tokens": 50.0}), (1.0, 0, {"prompt_tokens": 10.0})]
-    assert summarize_scrapes(rows)["prompt_tokens"] is None
+    assert summarize_scrapes(URL, rows, {}).prompt_tokens is None
 
 
 @pytest.mark.parametrize("prefix", ["vllm:", "vllm:gpu_"])
@@ -112,7 +115,7 @@ def test_each_trials_prefix_cache_hit_rate_from_either_spelling_of_vllms_counter
         (2.0, 1, scrape(100, 0)),
         (3.0, 1, scrape(200, 75)),
     ]
-    assert summarize_scrapes(rows)["prefix_cache_hit_rate_by_trial"] == [0.0, 0.75]
+    assert summarize_scrapes(URL, rows, {}).prefix_cache_hit_rate_by_trial == [0.0, 0.75]
 
 
 def test_sglangs_cache_hit_rate_gauge_is_averaged_over_each_trial():
@@ -120,7 +123,7 @@ def test_sglangs_cache_hit_rate_gauge_is_averaged_over_each_trial():
         (float(i), i // 2, known_quantities(parse_samples(f"sglang:cache_hit_rate {r}"))[0])
         for i, r in enumerate([0, 0.2, 0.5, 0.7])
     ]
-    assert summarize_scrapes(rows)["prefix_cache_hit_rate_by_trial"] == pytest.approx([0.1, 0.6])
+    assert summarize_scrapes(URL, rows, {}).prefix_cache_hit_rate_by_trial == pytest.approx([0.1, 0.6])
 
 
 @pytest.mark.parametrize("suffix", ["_total", ""])
@@ -135,12 +138,12 @@ def test_each_trials_speculative_acceptance_from_vllms_counters_either_spelling(
     # trial 0: 10 drafts of 3 tokens, 15 of the 30 accepted; trial 1: 10 more, 30 of 30
     rows = [(0.0, 0, scrape(0, 0, 0)), (1.0, 0, scrape(10, 30, 15))]
     rows += [(2.0, 1, scrape(10, 30, 15)), (3.0, 1, scrape(20, 60, 45))]
-    spec = summarize_scrapes(rows)
-    assert (spec["spec_drafts"], spec["spec_draft_tokens"], spec["spec_accepted_tokens"]) == (20, 60, 45)
-    assert spec["spec_acceptance_rate"] == 0.75 and spec["spec_mean_accepted_length"] == 1 + 45 / 20
-    assert spec["spec_drafts_by_trial"] == [10, 10]
-    assert spec["spec_acceptance_rate_by_trial"] == [0.5, 1.0]
-    assert spec["spec_mean_accepted_length_by_trial"] == [2.5, 4.0]
+    spec = summarize_scrapes(URL, rows, {})
+    assert (spec.spec_drafts, spec.spec_draft_tokens, spec.spec_accepted_tokens) == (20, 60, 45)
+    assert spec.spec_acceptance_rate == 0.75 and spec.spec_mean_accepted_length == 1 + 45 / 20
+    assert spec.spec_drafts_by_trial == [10, 10]
+    assert spec.spec_acceptance_rate_by_trial == [0.5, 1.0]
+    assert spec.spec_mean_accepted_length_by_trial == [2.5, 4.0]
 
 
 def test_sglangs_acceptance_from_its_verify_passes_and_gauges():
@@ -153,10 +156,10 @@ def test_sglangs_acceptance_from_its_verify_passes_and_gauges():
 
     # 4 requests, 4 first tokens from their prefill, 96 more from 40 verify passes: 2.4 a pass
     rows = [(0.0, 0, scrape(0, 0, 0, 0.5, 2.0)), (1.0, 0, scrape(40, 100, 4, 0.7, 2.6))]
-    spec = summarize_scrapes(rows)
-    assert spec["spec_drafts"] == 40 and spec["spec_mean_accepted_length"] == pytest.approx(2.4)
-    assert spec["spec_acceptance_rate"] == pytest.approx(0.6)  # the gauge's mean over the scrapes
-    assert spec["spec_draft_tokens"] is None and spec["spec_accepted_tokens"] is None
+    spec = summarize_scrapes(URL, rows, {})
+    assert spec.spec_drafts == 40 and spec.spec_mean_accepted_length == pytest.approx(2.4)
+    assert spec.spec_acceptance_rate == pytest.approx(0.6)  # the gauge's mean over the scrapes
+    assert spec.spec_draft_tokens is None and spec.spec_accepted_tokens is None
 
 
 def test_a_server_without_speculative_decoding_has_none_of_its_keys():
@@ -164,7 +167,9 @@ def test_a_server_without_speculative_decoding_has_none_of_its_keys():
         (0.0, 0, known_quantities(parse_samples(VLLM))[0]),
         (1.0, 0, known_quantities(parse_samples(VLLM))[0]),
     ]
-    assert not [key for key in summarize_scrapes(rows) if key.startswith("spec_")]
+    assert not [
+        key for key in msgspec.to_builtins(summarize_scrapes(URL, rows, {})) if key.startswith("spec_")
+    ]
 
 
 # What vLLM's /metrics says for an engine with speculative decoding, as its prometheus_client writes it:
@@ -208,7 +213,7 @@ def test_acceptance_from_a_whole_vllm_exposition_sums_engines_and_skips_created_
         (0.0, 0, scrape(500, 400, 1500, 1200, 900, 700)),
         (1.0, 0, scrape(600, 460, 1800, 1380, 1100, 790)),
     ]
-    spec = summarize_scrapes(rows)
-    assert (spec["spec_drafts"], spec["spec_draft_tokens"], spec["spec_accepted_tokens"]) == (160, 480, 290)
-    assert spec["spec_acceptance_rate"] == pytest.approx(290 / 480)
-    assert spec["spec_mean_accepted_length"] == pytest.approx(1 + 290 / 160)
+    spec = summarize_scrapes(URL, rows, {})
+    assert (spec.spec_drafts, spec.spec_draft_tokens, spec.spec_accepted_tokens) == (160, 480, 290)
+    assert spec.spec_acceptance_rate == pytest.approx(290 / 480)
+    assert spec.spec_mean_accepted_length == pytest.approx(1 + 290 / 160)

@@ -1,8 +1,10 @@
 """The run's roofline bound from its step records: each step's max(FLOPs / peak FLOP/s, bytes / peak
 bandwidth) at the measured ceilings, summed, against the run's output tokens and duration."""
 
+import msgspec
 import pytest
 
+from llmbench.metrics.requests import compute_metrics
 from llmbench.metrics.roofline import bound_summary, measured_costs
 from tests.llmbench.metrics.tiny_counts import (
     TINY_KV_BYTES_PER_TOKEN,
@@ -29,7 +31,9 @@ def step(prefill=0, decode=0, context=0, pairs=0, forwards=1):
 
 
 def trial(tokens, duration_s):
-    return {"total_output_tokens": tokens, "duration_s": duration_s}
+    return msgspec.structs.replace(
+        compute_metrics([], [50]), total_output_tokens=tokens, duration_s=duration_s
+    )
 
 
 def test_each_step_is_bound_by_its_flops_or_its_bytes_whichever_is_longer():

@@ -32,21 +32,19 @@ def test_the_server_s_counters_over_the_trial_are_what_the_run_sent(tmp_path, ou
             "telemetry": {"scrape_interval_s": 0.05},
         }
     )
-    summary = run_benchmark(config, tmp_path / "run").summary.to_dict()
-    metrics, server = summary["metrics"], summary["server_metrics"]
-    assert server["available"] and server["url"] == f"{our_server.url}/metrics"
+    summary = run_benchmark(config, tmp_path / "run").summary
+    metrics, server = summary.metrics, summary.server_metrics
+    assert server.available and server.url == f"{our_server.url}/metrics"
     # the warm-up's two requests finished before the trial's first scrape: only the trial's count
-    assert server["requests_finished"] == metrics["completed"] == 12
-    assert server["prompt_tokens"] == metrics["total_input_tokens"]
-    assert server["generation_tokens"] == metrics["total_output_tokens"]
-    assert (
-        server["server_mean_ttft_ms"] > 0 and server["server_mean_e2el_ms"] >= server["server_mean_ttft_ms"]
-    )
-    assert server["preemptions"] is None  # our server does not count them
-    assert server["max_running"] >= 0 and server["sources"]["running"] == "vllm:num_requests_running"
+    assert server.requests_finished == metrics.completed == 12
+    assert server.prompt_tokens == metrics.total_input_tokens
+    assert server.generation_tokens == metrics.total_output_tokens
+    assert server.server_mean_ttft_ms > 0 and server.server_mean_e2el_ms >= server.server_mean_ttft_ms
+    assert server.preemptions is None  # our server does not count them
+    assert server.max_running >= 0 and server.sources["running"] == "vllm:num_requests_running"
     lines = (tmp_path / "run" / "server_metrics.csv").read_text().splitlines()
     assert lines[0].startswith("time_s,trial,") and "generation_tokens" in lines[0]
-    assert len(lines) - 1 == server["scrapes"] >= 2
+    assert len(lines) - 1 == server.scrapes >= 2
     report = write_report([tmp_path / "run"], tmp_path / "run")
     assert (tmp_path / "run" / "server_metrics.png").stat().st_size > 0
     assert "/metrics beside the client" in report.read_text()
@@ -78,9 +76,7 @@ def test_a_server_without_metrics_is_one_short_line_and_no_figures(caplog, statu
     finally:
         http.shutdown()
     summary = scraper.summary()
-    assert (
-        summary["available"] is False and f"HTTP {status}" in summary["reason"] and url in summary["reason"]
-    )
+    assert summary.available is False and f"HTTP {status}" in summary.reason and url in summary.reason
     # no server without /metrics warns each run: a missing one (404) is said at INFO, in one short line
     lines = [r for r in caplog.records if r.name == "llmbench.run.scrape"]
     assert [r.levelname for r in lines] == [level]
@@ -109,7 +105,7 @@ def test_the_report_names_the_served_model_and_says_the_server_gave_no_figures(t
 def test_text_that_is_not_prometheus_s_is_no_figures_either():
     scraper = MetricsScraper("http://x/metrics", 1.0, 0.0, fetch=lambda url, timeout: "<html>hello</html>")
     scraper.scrape()
-    assert scraper.rows == [] and "ExpositionError" in scraper.summary()["reason"]
+    assert scraper.rows == [] and "ExpositionError" in scraper.summary().reason
 
 
 def test_a_failed_scrape_after_good_ones_is_skipped():
@@ -127,7 +123,7 @@ def test_a_failed_scrape_after_good_ones_is_skipped():
     for _ in range(3):
         scraper.scrape()
     assert [values["running"] for _, _, values in scraper.rows] == [2, 4]
-    assert scraper.summary()["max_running"] == 4
+    assert scraper.summary().max_running == 4
 
 
 @pytest.mark.parametrize(
