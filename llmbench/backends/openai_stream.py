@@ -17,6 +17,7 @@ structs (msgspec): ~1 us a chunk where json.loads and its dict lookups took ~8."
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from llmbench.backends.base import ServedOutput
 from llmbench.engine.request import FinishReason
 
 UNKNOWN_TOKEN = -1  # output token ids a server does not return (requests.jsonl with output.save_tokens)
+_ONE_UNKNOWN = (UNKNOWN_TOKEN,)  # a chunk with text but no token_ids: one token
 FINISH_REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 SERVER_TIMES = ("t_queued", "t_scheduled", "t_first_token", "t_token_handed")
 # the loop began the request, its connection was ready, the request was written, the response's headers
@@ -34,35 +36,35 @@ SERVER_TIMES = ("t_queued", "t_scheduled", "t_first_token", "t_token_handed")
 HTTP_PHASES = ("send_start", "connect", "request_sent", "headers", "first_byte")
 
 
-class _Delta(msgspec.Struct):
+class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
     reasoning_content: str | None = None  # a reasoning model's thinking: DeepSeek, older vLLM
     reasoning: str | None = None  # the same under vLLM's name since late 2025 (its PR 27752)
 
 
-class _Choice(msgspec.Struct):
+class _Choice(msgspec.Struct, gc=False):
     text: str | None = None  # completions
     delta: _Delta | None = None  # chat
     token_ids: list[int] | None = None
     finish_reason: str | None = None
 
 
-class _PromptDetails(msgspec.Struct):
+class _PromptDetails(msgspec.Struct, gc=False):
     cached_tokens: int | None = None  # prompt tokens the server's prefix cache held (vLLM, SGLang, ours)
 
 
-class _CompletionDetails(msgspec.Struct):
+class _CompletionDetails(msgspec.Struct, gc=False):
     reasoning_tokens: int | None = None  # of the completion tokens, the reasoning's (OpenAI, recent vLLM)
 
 
-class _Usage(msgspec.Struct):
+class _Usage(msgspec.Struct, gc=False):
     completion_tokens: int
     prompt_tokens: int | None = None  # as the server counted them: a chat template's tokens included
     prompt_tokens_details: _PromptDetails | None = None
     completion_tokens_details: _CompletionDetails | None = None
 
 
-class _Chunk(msgspec.Struct):
+class _Chunk(msgspec.Struct, gc=False):
     """The fields of a chunk the counting reads; the rest is skipped unread."""
 
     choices: list[_Choice] | None = None
@@ -72,6 +74,7 @@ class _Chunk(msgspec.Struct):
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_DATA_LINE = re.compile(rb"^data:(.*)$", re.MULTILINE)  # a line's payload, before its strip()
 
 
 class RequestFailed(Exception):
@@ -95,33 +98,36 @@ class StreamReader:
 
     def feed(self, data: str | bytes, now: float) -> list[ServedOutput]:
         """The outputs of one event's data (read at `now`); RequestFailed for an error or malformed chunk."""
-        ids = self.tokens(data, now)
+        ids: list[int] = []
+        self.add(data, now, ids)
         return [ServedOutput(self.request_id, ids, t_emit=now)] if ids else []
 
-    def tokens(self, data: str | bytes, now: float) -> list[int]:
-        """The token ids one event's data brings (none without text), read at `now`."""
+    def add(self, data: str | bytes, now: float, ids: list[int]) -> int:
+        """Appends to `ids` the token ids one event's data brings (none without text), read at `now`, and
+        says how many. Into the caller's list: a read's events share one, not a list an event."""
         try:
             chunk = _decode_chunk(data)
         except msgspec.DecodeError as e:
             raise RequestFailed(f"malformed chunk ({_why_malformed(data, e)}): {_clip(data)}") from None
         if chunk.error is not None:
             raise RequestFailed(f"server error: {error_message(json.dumps(chunk.error))}")
-        ids = []
+        before = len(ids)
         for choice in chunk.choices or ():
             delta = choice.delta
             text = (delta.content if delta else None) if self.chat else choice.text
             if text:
                 if self.answer_start is None:
-                    self.answer_start = self.counted + len(ids)
-                ids += choice.token_ids or (UNKNOWN_TOKEN,)
+                    self.answer_start = self.counted + len(ids) - before
+                ids += choice.token_ids or _ONE_UNKNOWN
             elif delta is not None and (delta.reasoning_content or delta.reasoning):
-                thought = choice.token_ids or (UNKNOWN_TOKEN,)
+                thought = choice.token_ids or _ONE_UNKNOWN
                 self.reasoning_counted += len(thought)
                 ids += thought
             if choice.finish_reason:
                 self.finish_reason = choice.finish_reason
-        if ids:
-            self.counted += len(ids)
+        count = len(ids) - before
+        if count:
+            self.counted += count
             self.last_arrival = now
         if chunk.usage is not None:
             usage = chunk.usage
@@ -132,7 +138,7 @@ class StreamReader:
                 self.reasoning_tokens = usage.completion_tokens_details.reasoning_tokens
         if chunk.server_timestamps:
             self.server_times = chunk.server_timestamps
-        return ids
+        return count
 
     def finished(self, wall_offset: float) -> ServedOutput:
         """The last output, once the stream has ended; `wall_offset` is this process's wall clock minus
@@ -239,20 +245,23 @@ class StreamParser:
         each event it parses."""
         if self._ended:
             return []
-        lines = (self._pending + data).split(b"\n")
-        self._pending = lines.pop()
+        data = self._pending + data
+        complete = data.rfind(b"\n") + 1  # the lines before it are whole; the rest waits for the next read
+        self._pending = data[complete:]
+        add = self.reader.add
         ids: list[int] = []
         sizes = []
-        for line in lines:
-            if line.startswith(b"data:"):  # not SSE comments, event names, the blank line between events
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    self._ended = True
-                    break
-                tokens = self.reader.tokens(payload, stamp)
-                if tokens:
-                    ids += tokens
-                    sizes.append(len(tokens))
+        # the `data:` lines only (not SSE comments, event names, the blank line between events), found in
+        # one pass of the regex engine: splitting the read into lines and testing each in Python cost
+        # ~0.4 us an event, a tenth of the runner's parse time
+        for line in _DATA_LINE.findall(data, 0, complete):
+            payload = line.strip()
+            if payload == b"[DONE]":
+                self._ended = True
+                break
+            count = add(payload, stamp, ids)
+            if count:
+                sizes.append(count)
         if not ids:
             return []
         events = sizes if len(sizes) > 1 else None

@@ -86,16 +86,26 @@ def run_phase(
     ahead = state.backend.hands_ahead_s
     phase_start = time.perf_counter() + ahead
 
+    # rows of finished requests, written once the requests their slots free are handed over and sent:
+    # writing a closed loop's window of 512 rows came first, and the next window waited for it as
+    # schedule lag
+    unwritten: list[RequestRecord] = []
+
+    def write_rows() -> None:
+        rows = unwritten[:]
+        unwritten.clear()
+        _finish(state, rows)
+
     def while_waiting() -> None:  # the client's work, while an in-process engine's step is on the device
+        # or once an HTTP client has sent the starts it held: written before the poll, a window's rows
+        # held the window's last starts back for as long as they took
+        write_rows()
         deferred.record()
         if not warmup:
             state.steps.flush_if_due(trial)
 
     # when a full concurrency window last opened a slot: a request that waited for it counts from then
     slot_opened = -math.inf
-    # rows of finished requests, written once the requests their slots free are handed over: writing
-    # a closed loop's window of 512 rows came first, and the next window waited for it as schedule lag
-    unwritten: list[RequestRecord] = []
     try:
         while pending or live:
             now = time.perf_counter()
@@ -118,14 +128,14 @@ def run_phase(
                     hang_ups[backend_id] = live[backend_id]
                 if sampled_phase:
                     state.samples.want(backend_id, request.prompt_token_ids, request.prompt)
-            rows, unwritten = unwritten, []
-            _finish(state, rows)
             if not live:
+                write_rows()
                 time.sleep(max(0.0, phase_start + pending[0].arrival_time - ahead - time.perf_counter()))
                 continue
             was_full = limit is not None and len(live) >= limit
             outputs = _poll(state, while_waiting)
             arrival = time.perf_counter()
+            write_rows()  # where the backend did not call while_waiting
             if state.samples.waiting:
                 state.samples.look(outputs)
             finished = deferred.add(outputs, arrival)

@@ -92,20 +92,19 @@ def test_an_in_process_run_has_peaks_but_no_client_loop(tmp_path, null_config_fi
 
 
 def test_the_runners_own_delay_shows_in_the_schedule_lag_with_worker_processes(tmp_path, monkeypatch):
-    """A runner that falls behind (here: 50 ms after every finish, before the next submit) is late
-    against the closed loop's schedule. Worker processes start what the runner hands them; the request
-    counts from when its slot opened, so the delay is schedule lag, not hidden in a later submit time.
-    (One worker's loop keeps the closed loop itself, with the next requests handed ahead.)"""
+    """A runner that falls behind (here: 50 ms in every submit, once the request's slot has opened) is
+    late against the closed loop's schedule. Worker processes start what the runner hands them; the
+    request counts from when its slot opened, so the delay is schedule lag, not hidden in a later submit
+    time. (One worker's loop keeps the closed loop itself, with the next requests handed ahead.)"""
     from llmbench.run import phase
 
-    finish = phase._finish
+    submit = phase._submit
 
-    def slow_finish(state, records):
-        finish(state, records)
-        if records:
-            time.sleep(0.05)
+    def slow_submit(*args):
+        time.sleep(0.05)
+        return submit(*args)
 
-    monkeypatch.setattr(phase, "_finish", slow_finish)
+    monkeypatch.setattr(phase, "_submit", slow_submit)
     with MockServer(MockSettings(ttft_ms=2, itl_ms=1, output_tokens=8)) as mock:
         client = run(mock, tmp_path, "backend.workers=2", "workload.max_concurrency=1")
     assert client["schedule_lag_ms"]["max"] >= 50  # a sleep's lower bound: no host runs it shorter
