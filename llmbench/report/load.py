@@ -44,7 +44,7 @@ class RunData:
     path: Path
     summary: RunSummary  # summary.json's, or rebuilt from the row files
     complete: bool
-    requests: list[dict[str, Any]]  # requests.jsonl rows, warm-up left out
+    requests: list[RequestRecord]  # requests.jsonl rows, warm-up left out
     steps: pd.DataFrame | None  # steps.csv, None when absent or empty
     ablation: Ablation | None  # ablation.json when `llmbench ablate` wrote one
     sweep: Sweep | None  # sweep.json when `llmbench sweep` wrote one
@@ -80,8 +80,7 @@ def load_run(path: Path) -> RunData:
         raise ReportError(f"{path}: neither summary.json nor requests.jsonl found")
     steps = _read_steps(path / "steps.csv")
     complete = bool(summary and summary.complete and summary.metrics)
-    measured = [r for r in requests or [] if not r.get("warmup")]
-    records = [_record(r) for r in measured]
+    records = [r for r in requests or [] if not r.warmup]
     if not complete:
         log.warning("%s: incomplete run, metrics recomputed from its row files", path)
         summary = _rebuild_summary(path, summary, records, steps)
@@ -93,7 +92,7 @@ def load_run(path: Path) -> RunData:
         path=path,
         summary=summary,
         complete=complete,
-        requests=measured,
+        requests=records,
         steps=steps,
         ablation=read_study(path, Ablation),
         sweep=read_study(path, Sweep),
@@ -145,7 +144,7 @@ def _read_summary(path: Path) -> RunSummary | None:
         raise ReportError(str(e)) from None
 
 
-def _read_requests(path: Path) -> list[dict[str, Any]] | None:
+def _read_requests(path: Path) -> list[RequestRecord] | None:
     if not path.is_file():
         return None
     rows = []
@@ -158,7 +157,7 @@ def _read_requests(path: Path) -> list[dict[str, Any]] | None:
         except (UnicodeDecodeError, json.JSONDecodeError):
             row = None
         if isinstance(row, dict):
-            rows.append(row)
+            rows.append(_record(row))
         elif number == len(lines):
             # each row is written with its newline: a run killed mid-write leaves a torn last line
             log.warning("%s:%d: torn last request row skipped", path, number)

@@ -27,7 +27,7 @@ def _series(runs: list[RunData], name: str) -> list[tuple[int, RunData, pd.DataF
 
 def _in_flight(run: RunData, times: np.ndarray) -> np.ndarray:
     """How many timed requests the client had sent and not yet seen end, at each time."""
-    spans = [(r["submit_time"], r.get("finish_time") or r["submit_time"]) for r in run.requests]
+    spans = [(r.submit_time, r.finish_time or r.submit_time) for r in run.requests]
     return np.array([sum(start <= t < end for start, end in spans) for t in times])
 
 

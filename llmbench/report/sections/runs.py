@@ -4,7 +4,6 @@ config and environment, folded away below the figures."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import msgspec
 import yaml
@@ -16,32 +15,33 @@ from llmbench.report.html import esc, table
 from llmbench.report.load import RunData
 from llmbench.report.page import Page
 from llmbench.results.json_file import known
+from llmbench.results.records import RequestRecord
 
 SLOWEST_SHOWN = 10
 PROMPT_CHARS = 200
 
 
-def _e2el_ms(row: dict[str, Any]) -> float:
-    times = row.get("token_times") or []
-    return (times[-1] - row["submit_time"]) * 1000 if times else math.inf
+def _e2el_ms(row: RequestRecord) -> float:
+    times = row.token_times
+    return (times[-1] - row.submit_time) * 1000 if times else math.inf
 
 
 def slowest_requests(run: RunData) -> str:
     failed, answered = [], []
     for r in run.requests:
-        (failed if r.get("error") or not r.get("token_times") else answered).append(r)
+        (failed if r.error or not r.token_times else answered).append(r)
     slowest = sorted(answered, key=_e2el_ms, reverse=True)[:SLOWEST_SHOWN]
     if not failed and not slowest:
         return ""
-    has_prompt = any("prompt" in r for r in failed + slowest)
+    has_prompt = any(r.prompt is not None for r in failed + slowest)
     header = ["id", "trial", "prompt tokens", "output tokens", "E2EL (ms)", "finish", "error"]
     rows = []
     for r in failed + slowest:
-        row = [esc(r.get("id"))] + [number(r.get(k)) for k in ("trial", "prompt_len", "output_len")]
-        row += [number(_e2el_ms(r)) if r.get("token_times") else ""]  # a failed request has no E2EL
-        row += [esc(r.get("finish_reason") or ""), esc(r.get("error") or "")]
+        row = [esc(r.id)] + [number(n) for n in (r.trial, r.prompt_len, r.output_len)]
+        row += [number(_e2el_ms(r)) if r.token_times else ""]  # a failed request has no E2EL
+        row += [esc(r.finish_reason or ""), esc(r.error or "")]
         if has_prompt:
-            row.append(esc(str(r.get("prompt") or "")[:PROMPT_CHARS]))
+            row.append(esc((r.prompt or "")[:PROMPT_CHARS]))
         rows.append(row)
     title = f"Failed and slowest requests ({len(failed)} failed, {len(slowest)} slowest by E2EL)"
     return f"<h3>{esc(title)}</h3>" + table(header + (["prompt"] if has_prompt else []), rows, (0, 5, 6, 7))

@@ -14,6 +14,7 @@ from llmbench.report.charts import chart, color
 from llmbench.report.format import number
 from llmbench.report.html import esc, note, table
 from llmbench.report.page import Page
+from llmbench.results.records import RequestRecord
 
 # (name, label, start, end): the parts of TTFT in order; times are request-row keys or server keys
 PARTS = (
@@ -26,29 +27,29 @@ HANDED = ("handed_to_client", "handed → client, per token")
 SLOWEST = 5  # requests per run in the table of the slowest first tokens
 
 
-def request_split(row: dict[str, Any]) -> dict[str, float] | None:
+def request_split(row: RequestRecord) -> dict[str, float] | None:
     """The TTFT parts of one request row in ms (and `handed_to_client`, the mean delay from the server
     handing a token to the frontend to the client reading it), or None without server times."""
-    server = row.get("server_timestamps")
-    if not server or row.get("first_token_time") is None:
+    server = row.server_timestamps
+    if not server or row.first_token_time is None:
         return None
-    times = {**server, "submit_time": row["submit_time"], "first_token_time": row["first_token_time"]}
+    times = {**server, "submit_time": row.submit_time, "first_token_time": row.first_token_time}
     if any(times.get(key) is None for _, _, start, end in PARTS for key in (start, end)):
         return None
     split = {name: (times[end] - times[start]) * 1000 for name, _, start, end in PARTS}
-    handed, seen = server.get("t_token_handed") or [], row.get("token_times") or []
+    handed, seen = server.get("t_token_handed") or [], row.token_times
     if handed and len(handed) == len(seen):
         split["handed_to_client"] = float(np.mean(np.subtract(seen, handed))) * 1000
     return split
 
 
-def joined(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, float]]]:
+def joined(rows: list[RequestRecord]) -> list[tuple[RequestRecord, dict[str, float]]]:
     """(row, its split) of the succeeded timed requests that carry server times."""
-    done = [r for r in rows if not r.get("warmup") and r.get("finish_reason") in ("stop", "length")]
+    done = [r for r in rows if not r.warmup and r.finish_reason in ("stop", "length")]
     return [(r, split) for r in done if (split := request_split(r)) is not None]
 
 
-def ttft_split(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def ttft_split(rows: list[RequestRecord]) -> dict[str, Any] | None:
     """{"count": requests joined, "parts": {name: mean/median/p99 ms, share of the mean TTFT}} over the
     succeeded timed requests that carry server times; None when no request does."""
     splits = [split for _, split in joined(rows)]
@@ -129,11 +130,11 @@ def _slowest(page: Page) -> list[list[str]]:
     """Table rows of each run's SLOWEST requests by TTFT, with their parts: why a first token was late."""
     rows = []
     for run in page.runs:
-        pairs = sorted(joined(run.requests), key=lambda p: p[0]["first_token_time"] - p[0]["submit_time"])
+        pairs = sorted(joined(run.requests), key=lambda p: p[0].first_token_time - p[0].submit_time)
         for row, split in pairs[::-1][:SLOWEST]:
-            ttft_ms = (row["first_token_time"] - row["submit_time"]) * 1000
+            ttft_ms = (row.first_token_time - row.submit_time) * 1000
             rows.append(
-                [esc(run.label or run.name), esc(row.get("id")), number(ttft_ms)]
+                [esc(run.label or run.name), esc(row.id), number(ttft_ms)]
                 + [number(split[name]) for name, *_ in PARTS]
             )
     return rows

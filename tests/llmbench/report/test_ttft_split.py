@@ -1,17 +1,21 @@
 import pytest
 
 from llmbench.report.sections.ttft_split import request_split, ttft_split
+from llmbench.results.records import RequestRecord
 
 
 def row(submit, first, server, reason="length", tokens=None):
-    return {
-        "submit_time": submit,
-        "first_token_time": first,
-        "token_times": tokens or [first],
-        "finish_reason": reason,
-        "warmup": False,
-        "server_timestamps": server,
-    }
+    return RequestRecord(
+        id="0",
+        trial=0,
+        warmup=False,
+        prompt_len=8,
+        submit_time=submit,
+        first_token_time=first,
+        token_times=tokens or [first],
+        finish_reason=reason,
+        server_timestamps=server,
+    )
 
 
 def test_the_parts_add_up_to_the_client_ttft():
