@@ -80,7 +80,7 @@ def test_split_server_matches_bundled_and_leaves_no_process(tmp_path, bundled):
         remaining = iter(local[key].output_token_ids)
         assert shown and all(t in remaining for t in shown), key
     for record in served.values():
-        split_ms = request_split(record.fields_dict())
+        split_ms = request_split(record)
         ttft_ms = (record.first_token_time - record.submit_time) * 1000
         assert sum(split_ms[name] for name, *_ in PARTS) == pytest.approx(ttft_ms)
         assert split_ms["queueing"] >= 0 and split_ms["prefill"] >= 0
