@@ -70,19 +70,27 @@ def choose_workers(setting: int | str, workload: WorkloadConfig, cores: int | No
     """backend.workers as a number, and why. `auto`: enough workers that each takes in at most what one
     sustained on this host, for the configured concurrency (workload.max_concurrency, else its number of
     requests) at a chunk a millisecond a stream; at most the usable cores less one (the runner's own), at
-    least one (which streams from a thread of the runner's process). `cores`: where the workers run when
-    that is not this host (a Ray cluster's CPUs)."""
+    least one (which streams from a thread of the runner's process). Never more workers than streams:
+    each keeps a share of max_concurrency (openai_worker_set.slot_shares). `cores`: where the workers
+    run when that is not this host (a Ray cluster's CPUs)."""
+    limit = workload.max_concurrency
     if setting != "auto":
+        if limit is not None and setting > limit:  # each worker keeps a share of the limit: at least one
+            return WorkerChoice(
+                limit,
+                f"{limit} stream worker{'s' * (limit > 1)} (backend.workers: "
+                f"{setting}, at most one a slot of workload.max_concurrency {limit})",
+            )
         return WorkerChoice(
             setting, f"{setting} stream worker{'s' * (setting > 1)} (backend.workers: {setting})"
         )
-    streams = workload.max_concurrency or workload.num_requests
+    streams = limit or workload.num_requests
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     capacity = load_capacity()
     per_worker = capacity.chunks_per_s if capacity else DEFAULT_CHUNKS_PER_S
     needed = math.ceil(streams * STREAM_CHUNKS_PER_S / per_worker)
-    count = max(1, min(cores - 1, needed))
+    count = max(1, min(cores - 1, needed, streams))
     rate = f"{per_worker / 1000:,.0f}k chunks/s per worker"
     if capacity:
         basis = f"this host sustained {rate}, calibrate {capacity.measured}"

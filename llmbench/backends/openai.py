@@ -14,7 +14,6 @@ checks the server before its load (preflight.py, called by make_backend)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -46,7 +45,7 @@ HAND_AHEAD_S = 0.25
 class OpenAIBackend:
     profiles_own_steps = True  # engine steps run in the server
     stamps_outputs = True
-    keeps_concurrency = False  # once connected: with one stream loop
+    keeps_concurrency = True  # each stream loop keeps its share (openai_loop.py, openai_worker_set.py)
     hands_ahead_s = HAND_AHEAD_S
 
     def start(self, config: RunConfig) -> None:
@@ -80,7 +79,11 @@ class OpenAIBackend:
         # server times are perf_counter seconds of the server plus its wall-clock offset; ours maps back
         self._wall_offset = time.time() - time.perf_counter()
         timeout = config.workload.request_timeout_s
-        settings = StreamSettings(self._url + self._form.path, headers, timeout or 30.0, timeout)
+        # every loop starts a closed loop's next request the moment one of its streams ends, without
+        # waiting for this thread (openai_loop.py); workers split max_concurrency between them
+        settings = StreamSettings(
+            self._url + self._form.path, headers, timeout or 30.0, timeout, config.workload.max_concurrency
+        )
         if backend.ray_address:
             from llmbench.backends.openai_ray import RayWorkers  # Ray is an extra: imported where asked for
 
@@ -90,15 +93,7 @@ class OpenAIBackend:
             return
         workers = choose_workers(backend.workers, config.workload)
         logger.info("client: %s", workers.reason)
-        if workers.count > 1:
-            # the runner starts each stream, keeping the concurrency over all workers (one of them
-            # could not know when another's slot opens) and the order of submits
-            self._streams = WorkerPool(workers.count, settings)
-            return
-        # one loop keeps the concurrency itself: it starts a closed loop's next request the moment a
-        # stream ends, without waiting for this thread (openai_loop.py)
-        self._streams = ThreadLoop(dataclasses.replace(settings, limit=config.workload.max_concurrency))
-        self.keeps_concurrency = True
+        self._streams = WorkerPool(workers.count, settings) if workers.count > 1 else ThreadLoop(settings)
 
     def submit(
         self,

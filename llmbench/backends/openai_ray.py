@@ -27,7 +27,7 @@ from types import ModuleType
 
 from llmbench.backends.client_capacity import choose_workers
 from llmbench.backends.openai_loop import StreamSettings
-from llmbench.backends.openai_worker_set import WorkerSet, frame, split_frames
+from llmbench.backends.openai_worker_set import WorkerSet, frame, slot_shares, split_frames
 from llmbench.backends.openai_workers import (
     PIPE_BYTES,
     READY_TIMEOUT_S,
@@ -187,12 +187,16 @@ class RayWorkers(WorkerSet):
         choice = choose_workers(setting, workload, cpus)
         logger.info("client: %s, Ray actors over a cluster of %d CPUs", choice.reason, cpus)
         count = choice.count
-        super().__init__(count)
+        shares = slot_shares(settings.limit, count)
+        super().__init__(shares)
         actor = ray.remote(num_cpus=1, scheduling_strategy="SPREAD", concurrency_groups={"reads": 1})(
             StreamActor
         )
         start_wall, self._origin = time.time(), perf_counter()
-        self._actors = [actor.remote(dataclasses.asdict(settings), start_wall) for _ in range(count)]
+        self._actors = [
+            actor.remote(dataclasses.asdict(dataclasses.replace(settings, limit=share)), start_wall)
+            for share in shares
+        ]
         try:
             ray.get([a.now.remote() for a in self._actors], timeout=READY_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:

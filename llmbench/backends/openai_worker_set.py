@@ -35,12 +35,28 @@ def split_frames(buffer: bytearray) -> list[bytes]:
     return frames
 
 
-class WorkerSet(ABC):
-    """A new stream goes to the live worker with the fewest. A subclass sends a command to a worker
-    (_send, at once or held until send_pending), says which workers live (_alive) and reads what came
-    (_read, each worker's bytes through _items; a lost worker's streams as failures)."""
+def slot_shares(limit: int | None, count: int) -> list[int | None]:
+    """Each of `count` workers' part of max_concurrency `limit` (None: no limit): together the limit,
+    no two apart by more than one. A worker keeps its part itself (openai_loop.StreamLoop), starting
+    its next request the moment one of its streams ends, as a bare client does: with the runner
+    keeping the limit over all workers, a slot's next request waited for the stream's end to reach
+    the runner and the start to come back, 11-19 ms at p99 for 1,024 streams on 16 cores."""
+    if limit is None:
+        return [None] * count
+    if limit < count:
+        raise ValueError(f"{count} stream workers for max_concurrency {limit}: each needs a slot")
+    return [limit // count + (i < limit % count) for i in range(count)]
 
-    def __init__(self, count: int):
+
+class WorkerSet(ABC):
+    """A new stream goes to the live worker with the most room: the fewest streams, started or queued,
+    for its share of the concurrency. A subclass sends a command to a worker (_send, at once or held
+    until send_pending), says which workers live (_alive) and reads what came (_read, each worker's
+    bytes through _items; a lost worker's streams as failures)."""
+
+    def __init__(self, shares: list[int | None]):
+        count = len(shares)
+        self._shares = [share or 0 for share in shares]
         self._streams: list[set[str]] = [set() for _ in range(count)]  # live request ids per worker
         self._where: dict[str, int] = {}
         self._buffers = [bytearray() for _ in range(count)]
@@ -53,7 +69,7 @@ class WorkerSet(ABC):
         live = [i for i in range(len(self._streams)) if self._alive(i)]
         if not live:
             raise RuntimeError("every stream worker has failed")
-        worker = min(live, key=lambda i: len(self._streams[i]))
+        worker = min(live, key=lambda i: len(self._streams[i]) - self._shares[i])
         self._streams[worker].add(request_id)
         self._where[request_id] = worker
         self._send(worker, ["start", request_id, body, due - self._offset(worker)])

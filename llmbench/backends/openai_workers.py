@@ -1,8 +1,9 @@
 """backend.workers N > 1: the streams spread over N worker processes, each with its own event loop and
 connection pool, none sharing a GIL with the runner or another worker.
 
-The runner still submits every request at its time from the one arrival schedule (and keeps
-max_concurrency); each goes to the worker with the fewest streams. A worker reads and stamps
+The runner still submits every request at its time from the one arrival schedule, handing each to
+the worker with the most room (openai_worker_set.py); each worker keeps its share of max_concurrency,
+starting its next queued request when one of its streams ends. A worker reads and stamps
 (openai_loop.StreamLoop) and, once per turn of its loop, sends what it read to the runner as one
 msgpack frame on its stdout; the runner's poll parses it as it would a thread's. Stamps are
 perf_counter, CLOCK_MONOTONIC: the runner's clock too. The frames are openai_worker_set's; a worker's
@@ -22,7 +23,7 @@ from multiprocessing.connection import wait
 import msgspec
 
 from llmbench.backends.openai_loop import StreamLoop, StreamSettings, new_event_loop
-from llmbench.backends.openai_worker_set import WorkerSet, frame, split_frames
+from llmbench.backends.openai_worker_set import WorkerSet, frame, slot_shares, split_frames
 
 READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
@@ -36,18 +37,22 @@ class WorkerPool(WorkerSet):
     """N worker processes; the runner's side of their pipes."""
 
     def __init__(self, count: int, settings: StreamSettings):
-        super().__init__(count)
-        command = [
-            sys.executable,
-            "-m",
-            "llmbench.backends.openai_workers",
-            json.dumps(dataclasses.asdict(settings)),
-        ]
+        shares = slot_shares(settings.limit, count)
+        super().__init__(shares)
         self._workers = [
             subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, start_new_session=True
+                [
+                    sys.executable,
+                    "-m",
+                    "llmbench.backends.openai_workers",
+                    json.dumps(dataclasses.asdict(dataclasses.replace(settings, limit=share))),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                bufsize=0,
+                start_new_session=True,
             )
-            for _ in range(count)
+            for share in shares
         ]
         self._index = {w.stdout.fileno(): i for i, w in enumerate(self._workers)}
         self._outbox: list[list[bytes]] = [[] for _ in range(count)]  # frames for the next send_pending()

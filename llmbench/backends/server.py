@@ -35,7 +35,7 @@ STEP_RECORDS_TIMEOUT_S = 30.0
 class ServerBackend:
     profiles_own_steps = True  # engine steps run in the server's processes
     stamps_outputs = True
-    keeps_concurrency = False  # its client's, once started
+    keeps_concurrency = True  # its client's (OpenAIBackend)
     hands_ahead_s = HAND_AHEAD_S  # its client's
     served_model = None  # the config's model, served by llmbench serve
 
@@ -71,7 +71,6 @@ class ServerBackend:
             self._stop()
             raise
         self.model_info = self._client.model_info
-        self.keeps_concurrency = self._client.keeps_concurrency
 
     def submit(
         self,

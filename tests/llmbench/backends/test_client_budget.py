@@ -92,19 +92,19 @@ def test_an_in_process_run_has_peaks_but_no_client_loop(tmp_path, null_config_fi
 
 
 def test_the_runners_own_delay_shows_in_the_schedule_lag_with_worker_processes(tmp_path, monkeypatch):
-    """A runner that falls behind (here: 50 ms in every submit, once the request's slot has opened) is
-    late against the closed loop's schedule. Worker processes start what the runner hands them; the
-    request counts from when its slot opened, so the delay is schedule lag, not hidden in a later submit
-    time. (One worker's loop keeps the closed loop itself, with the next requests handed ahead.)"""
+    """A runner that falls behind (here: 200 ms in every submit) is late against the closed loop's
+    schedule. The worker processes (a slot each of max_concurrency 2) start a request the moment it
+    comes if its slot is free, counting it from when the slot opened: the delay is schedule lag, not
+    hidden in a later submit time. A one-token stream ends long before the next submit comes."""
     from llmbench.run import phase
 
     submit = phase._submit
 
     def slow_submit(*args):
-        time.sleep(0.05)
+        time.sleep(0.2)
         return submit(*args)
 
     monkeypatch.setattr(phase, "_submit", slow_submit)
-    with MockServer(MockSettings(ttft_ms=2, itl_ms=1, output_tokens=8)) as mock:
-        client = run(mock, tmp_path, "backend.workers=2", "workload.max_concurrency=1")
-    assert client["schedule_lag_ms"]["max"] >= 50  # a sleep's lower bound: no host runs it shorter
+    with MockServer(MockSettings(ttft_ms=0, itl_ms=0, output_tokens=1)) as mock:
+        client = run(mock, tmp_path, "backend.workers=2", "workload.max_concurrency=2")
+    assert client["schedule_lag_ms"]["max"] >= 100

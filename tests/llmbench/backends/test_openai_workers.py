@@ -65,6 +65,10 @@ def test_auto_takes_more_workers_for_more_streams_by_the_hosts_figure(monkeypatc
     assert auto(1024).count == 1  # 2 cores: the runner's thread streams
     chosen = choose_workers(4, parse_config(RUN).workload)
     assert chosen == WorkerChoice(4, "4 stream workers (backend.workers: 4)")
+    capped = choose_workers(4, parse_config(RUN, ["workload.max_concurrency=2"]).workload)
+    assert capped == WorkerChoice(
+        2, "2 stream workers (backend.workers: 4, at most one a slot of workload.max_concurrency 2)"
+    )
 
 
 def test_the_run_logs_how_many_workers_it_took_and_why(caplog, monkeypatch, tmp_path):

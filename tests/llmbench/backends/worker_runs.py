@@ -29,9 +29,9 @@ def config(url: str, *overrides: str):
 
 
 def rows(run_dir) -> list[tuple]:
-    """Each request's id, lengths and finish, in submit order (requests submitted in one poll share a
-    time; the runner submits them in the workload's order, its ids')."""
-    records = sorted(load_requests(run_dir), key=lambda r: (r.submit_time, int(r.id)))
+    """Each request's id, lengths and finish, in the workload's order (each worker starts its share of
+    the requests in order, but two workers' slots open independently)."""
+    records = sorted(load_requests(run_dir), key=lambda r: int(r.id))
     return [(r.id, r.prompt_len, r.output_len, len(r.token_times), r.finish_reason) for r in records]
 
 
