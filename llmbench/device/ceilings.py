@@ -9,16 +9,17 @@ taken at 1,500 MHz and a decode step run at 1,900 are not the same machine."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
 from llmbench.config.schema import RunConfig
-from llmbench.device.clocks import ClockSampler, clock_reading, device_sampler
+from llmbench.device.clocks import ClockSampler, ClockSummary, device_sampler
 from llmbench.device.nvml import NvmlUnavailable, open_reader
 from llmbench.engine.loading.model_facts import resolve_model_facts
 
@@ -32,17 +33,32 @@ RUN_CLOCK_INTERVAL_S = 0.02  # a minute's run: 3,000 samples
 CEILING_CLOCK_INTERVAL_S = 0.001  # the GEMM's timed calls take ~35 ms on an H200
 
 
+@dataclass(frozen=True)
+class Ceilings:
+    """What the device the run uses can do at most, as summary.json's steps hold it (ceiling_* and
+    ceilings_*)."""
+
+    gemm_flops_per_s: float
+    copy_bytes_per_s: float  # bytes read + written
+    device: str
+    dtype: str  # the dtype the GEMM and the copy ran in
+    method: str
+    ms: float  # how long measuring took
+    gemm_clock: ClockSummary | None = None  # the SM clock over the GEMM's timing; None: no NVML
+    devices: int = 1  # tensor-parallel ranks, each with its own device
+
+
 def measure_ceilings(
     device: torch.device, dtype: torch.dtype, clocks: ClockSampler | None = None
-) -> dict[str, Any]:
+) -> Ceilings:
     """Peak FLOP/s of an n x n x n matmul in `dtype` and copy bandwidth in bytes/s, counting the bytes
     read and the bytes written (2 per byte copied), as STREAM's copy does; with `clocks`, the SM clock
-    over the GEMM's timing (ceiling_gemm_clock)."""
+    over the GEMM's timing."""
     n, copy_mib, warmup, repeats = SIZES[device.type]
     start = time.perf_counter()
     fine = ClockSampler(clocks.read, CEILING_CLOCK_INTERVAL_S) if clocks is not None else None
     gemm_s = _gemm_seconds(n, dtype, device, warmup, repeats, fine)
-    gemm_clock = clock_reading(fine)
+    gemm_clock = fine.take() if fine is not None else None
     copy_s = copy_seconds(copy_mib * 2**20, device, warmup, repeats)
     cuda = device.type == "cuda"
     if cuda:
@@ -51,15 +67,16 @@ def measure_ceilings(
     name = torch.cuda.get_device_name(device) if cuda else f"CPU, {threads} thread{'s' * (threads > 1)}"
     timer = "CUDA events" if cuda else "perf_counter"
     dtype_name = str(dtype).removeprefix("torch.")
-    return {
-        "ceiling_gemm_flops_per_s": 2 * n**3 / gemm_s,
-        "ceiling_copy_bytes_per_s": 2 * copy_mib * 2**20 / copy_s,
-        "ceilings_device": name,
-        "ceilings_dtype": dtype_name,
-        "ceilings_method": f"{n}x{n}x{n} {dtype_name} matmul and a {copy_mib} MiB copy (bytes read + "
-        f"written), {timer}, median of {repeats} after {warmup} warm-up calls",
-        "ceilings_ms": (time.perf_counter() - start) * 1e3,
-    } | ({"ceiling_gemm_clock": gemm_clock} if gemm_clock else {})
+    return Ceilings(
+        gemm_flops_per_s=2 * n**3 / gemm_s,
+        copy_bytes_per_s=2 * copy_mib * 2**20 / copy_s,
+        device=name,
+        dtype=dtype_name,
+        method=f"{n}x{n}x{n} {dtype_name} matmul and a {copy_mib} MiB copy (bytes read + written), "
+        f"{timer}, median of {repeats} after {warmup} warm-up calls",
+        ms=(time.perf_counter() - start) * 1e3,
+        gemm_clock=gemm_clock,
+    )
 
 
 def _no_local_model(config: RunConfig) -> str | None:
@@ -105,33 +122,26 @@ def why_no_gpu_samples(config: RunConfig) -> str:
     return "no GPU sample was taken"
 
 
-def run_clocks(clocks: ClockSampler | None) -> dict[str, Any]:
-    """The run's SM clock over its timed trials, for the summary's steps ({} without a sampler)."""
-    reading = clock_reading(clocks)
-    return {"gpu_clock": reading} if reading else {}
-
-
-def run_ceilings(config: RunConfig, clocks: ClockSampler | None = None) -> dict[str, Any]:
-    """The ceilings for a run's summary, or why it has no bound (`bound_unavailable`): the bound
+def run_ceilings(config: RunConfig, clocks: ClockSampler | None = None) -> Ceilings | str:
+    """The ceilings for a run's summary, or why it has no bound (its `bound_unavailable`): the bound
     needs an engine step log (bundled, or our server's) and a model that really runs. `clocks`:
     run_clock_sampler's."""
     reason = _no_local_model(config)
     if reason:
-        return {"bound_unavailable": reason}
+        return reason
     facts = resolve_model_facts(config.engine)
     try:
         ceilings = measure_ceilings(facts.device, facts.dtype, clocks)
     except torch.cuda.OutOfMemoryError as e:
-        return {"bound_unavailable": f"ceilings not measured: out of device memory ({str(e)[:80]})"}
-    ceilings["ceilings_devices"] = config.engine.tensor_parallel_size
+        return f"ceilings not measured: out of device memory ({str(e)[:80]})"
     logger.info(
         "ceilings on %s: GEMM %.1f TFLOP/s, copy %.0f GB/s (%.0f ms)",
-        ceilings["ceilings_device"],
-        ceilings["ceiling_gemm_flops_per_s"] / 1e12,
-        ceilings["ceiling_copy_bytes_per_s"] / 1e9,
-        ceilings["ceilings_ms"],
+        ceilings.device,
+        ceilings.gemm_flops_per_s / 1e12,
+        ceilings.copy_bytes_per_s / 1e9,
+        ceilings.ms,
     )
-    return ceilings
+    return dataclasses.replace(ceilings, devices=config.engine.tensor_parallel_size)
 
 
 def _gemm_seconds(

@@ -5,29 +5,34 @@ memory in use, and the series a report plots.
 Energy is the energy counter's increase over each trial, summed; mean power is that energy over the
 trials' sampled time. Each trial's own joules per output token are kept too, so repeated trials show
 their spread. Without a counter, power alone is known: energy and joules per token stay None, as
-every key does, with the reason, when no GPU could be read."""
+every figure does, with the reason, when no GPU could be read."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
 from llmbench.device.nvml import GpuSample
 
-POWER_KEYS = (
-    "energy_j",
-    "joules_per_output_token",
-    "joules_per_output_token_by_trial",
-    "mean_power_w",
-    "max_power_w",
-    "max_memory_used_gb",
-)
 MAX_SERIES_POINTS = 2000  # longer runs are thinned to this many samples for the plot
+
+
+@dataclass(frozen=True)
+class Power:
+    """A run's power figures, as summary.json's steps hold them (`unavailable` as power_unavailable)."""
+
+    energy_j: float | None = None
+    joules_per_output_token: float | None = None
+    joules_per_output_token_by_trial: list[float | None] | None = None
+    mean_power_w: float | None = None
+    max_power_w: float | None = None
+    max_memory_used_gb: float | None = None
+    unavailable: str | None = None  # why some figure is None; None when every one is known
 
 
 def power_summary(
     samples: Sequence[GpuSample], spans: Sequence[int], trial_output_tokens: Sequence[int]
-) -> dict[str, Any]:
+) -> Power:
     """`spans`: the index in `samples` where each trial's sampling began; `trial_output_tokens`: each
     trial's output tokens, in the same order."""
     if not samples:
@@ -51,19 +56,16 @@ def power_summary(
         mean_power = energy / seconds
     else:
         mean_power = sum(powers) / len(powers) if powers else None
-    summary = {
-        "energy_j": energy,
-        "joules_per_output_token": energy / output_tokens if energy is not None and output_tokens else None,
-        "joules_per_output_token_by_trial": per_token,
-        "mean_power_w": mean_power,
-        "max_power_w": max(powers) if powers else None,
-        "max_memory_used_gb": max(memory) / 1e9 if memory else None,
-    }
-    if energy is None:
-        summary["power_unavailable"] = (
-            "the GPU has no energy counter: energy and joules per token are unknown"
-        )
-    return summary
+    no_counter = "the GPU has no energy counter: energy and joules per token are unknown"
+    return Power(
+        energy_j=energy,
+        joules_per_output_token=energy / output_tokens if energy is not None and output_tokens else None,
+        joules_per_output_token_by_trial=per_token,
+        mean_power_w=mean_power,
+        max_power_w=max(powers) if powers else None,
+        max_memory_used_gb=max(memory) / 1e9 if memory else None,
+        unavailable=no_counter if energy is None else None,
+    )
 
 
 def _energy(trial: Sequence[GpuSample]) -> float | None:
@@ -73,8 +75,8 @@ def _energy(trial: Sequence[GpuSample]) -> float | None:
     return trial[-1].energy_j - trial[0].energy_j
 
 
-def no_power(reason: str) -> dict[str, Any]:
-    return dict.fromkeys(POWER_KEYS) | {"power_unavailable": reason}
+def no_power(reason: str) -> Power:
+    return Power(unavailable=reason)
 
 
 def power_series(samples: Sequence[GpuSample], start: float) -> list[dict[str, float | None]]:

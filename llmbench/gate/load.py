@@ -154,7 +154,7 @@ def _trial_steps(summary: RunSummary, run_dir: Path) -> list[Steps]:
         rows_by_trial.setdefault(row["trial"], []).append(row)
     if sorted(rows_by_trial) != list(range(len(trials))):
         return []
-    return [msgspec.convert(summarize_steps(rows_by_trial[k]), Steps) for k in range(len(trials))]
+    return [summarize_steps(rows_by_trial[k]) for k in range(len(trials))]
 
 
 def warn_of_clock_mismatch(baseline: RunSummary, current: RunSummary) -> None:

@@ -10,9 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from llmbench.engine.config import ModelConfig
 from llmbench.engine.loading.source import model_shape
 from llmbench.engine.models.shape import LlamaShape
+from llmbench.results.steps import Steps
 
 DEFAULT_PEAK_BANDWIDTH = 4.2e12  # bytes/s, H200 default (HBM3e, measured-copy scale)
 DEFAULT_PEAK_FLOPS = 7.84e14  # FLOP/s, H200 default (dense bf16)
@@ -153,8 +156,9 @@ def gpu_seconds(row: dict[str, Any]) -> float | None:
     return None if is_missing(gpu_ms) or gpu_ms <= 0 else gpu_ms / 1e3
 
 
-def utilization_summary(rows: Sequence[dict[str, Any]], costs: StepCosts | None) -> dict[str, Any]:
-    """Time-weighted MBU and MFU: all bytes (FLOPs) over all GPU time of the steps that have both."""
+def with_utilization(steps: Steps, rows: Sequence[dict[str, Any]], costs: StepCosts | None) -> Steps:
+    """`steps` with time-weighted MBU and MFU: all bytes (FLOPs) over all GPU time of the steps that
+    have both, and the peaks they are taken against."""
     nbytes = flops = gpu_s = 0.0
     if costs is not None:
         for r in rows:
@@ -163,11 +167,12 @@ def utilization_summary(rows: Sequence[dict[str, Any]], costs: StepCosts | None)
                 nbytes, flops = nbytes + parts[0] + parts[1], flops + parts[2] + parts[3]
                 gpu_s += seconds
     if not gpu_s:
-        return {"mbu": None, "mfu": None}
-    return {
-        "mbu": nbytes / gpu_s / costs.peak_bandwidth,
-        "mfu": flops / gpu_s / costs.peak_flops,
-        "peak_bandwidth_bytes_per_s": costs.peak_bandwidth,
-        "peak_flops_per_s": costs.peak_flops,
-        "peaks_source": costs.peaks_source,
-    }
+        return msgspec.structs.replace(steps, mbu=None, mfu=None)
+    return msgspec.structs.replace(
+        steps,
+        mbu=nbytes / gpu_s / costs.peak_bandwidth,
+        mfu=flops / gpu_s / costs.peak_flops,
+        peak_bandwidth_bytes_per_s=costs.peak_bandwidth,
+        peak_flops_per_s=costs.peak_flops,
+        peaks_source=costs.peaks_source,
+    )

@@ -21,9 +21,15 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
+from msgspec import UNSET
 
-from llmbench.metrics.step_costs import StepCosts, gpu_seconds, is_missing, utilization_summary
+from llmbench.device.clocks import merge_readings
+from llmbench.metrics.requests import median_over_trials
+from llmbench.metrics.step_costs import StepCosts, gpu_seconds, is_missing, with_utilization
+from llmbench.results.json_file import known
+from llmbench.results.steps import GpuClock, Steps
 
 STEP_PHASES = ("schedule_ms", "prepare_ms", "sample_ms", "output_ms", "ipc_ms")
 WAIT_PHASE = "sample_ms"  # the token readback: the host waits there for the GPU
@@ -161,52 +167,68 @@ def gpu_busy_step_spans(rows: Sequence[dict[str, Any]]) -> float | None:
 # the summary.json "steps" section
 
 
-def summarize_steps(rows: Sequence[dict[str, Any]], config: dict[str, Any] | None = None) -> dict[str, Any]:
+def summarize_steps(rows: Sequence[dict[str, Any]], config: dict[str, Any] | None = None) -> Steps:
     """Headline numbers of a step log. `config` (the resolved run config) supplies the model shape
     and peak figures for MBU/MFU; without it they are None."""
     if not rows:
-        return {
-            "num_steps": 0,
-            "mean_step_ms": None,
-            "mean_cpu_ms_per_step": None,
-            "mean_wait_ms": None,
-            "mean_gpu_ms": None,
-        }
+        return Steps(num_steps=0)
     cpu = np.array([cpu_ms(r) for r in rows])
     forwards = sum(r.get("num_steps", 1) for r in rows)
     running = sum(r.get("num_running", 0) for r in rows)
     gpu = [r["gpu_ms"] for r in rows if gpu_seconds(r) is not None]
-    summary: dict[str, Any] = {
-        "num_steps": len(rows),
-        "num_forwards": forwards,
-        "mean_step_ms": float(np.mean([(r["t_end"] - r["t_start"]) * 1e3 for r in rows])),
-        "mean_cpu_ms_per_step": float(cpu.mean()),
-        "mean_cpu_ms_per_forward": float(cpu.sum() / forwards) if forwards else None,
-        "mean_cpu_ms_per_seq": float(cpu.sum() / running) if running else None,
-        "mean_wait_ms": float(np.mean([r.get(WAIT_PHASE) or 0.0 for r in rows])),
-    }
-    for phase in STEP_PHASES:
-        summary[f"mean_{phase}"] = float(np.mean([r.get(phase) or 0.0 for r in rows]))
-    # tensor parallel: host time in collectives, spent inside the prepare and sample phases
-    summary["mean_comm_ms"] = float(np.mean([r.get("comm_ms") or 0.0 for r in rows]))
-    summary["mean_gpu_ms"] = float(np.mean(gpu)) if gpu else None
-    summary["gpu_busy_step_spans"] = gpu_busy_step_spans(rows)
-    summary.update(_idle_summary(rows) if gpu else {"gpu_idle_ms": None})
-    summary.update(utilization_summary(rows, StepCosts.from_run_config(config) if config else None))
-    return summary
+
+    def mean_of(phase: str) -> float:
+        return float(np.mean([r.get(phase) or 0.0 for r in rows]))
+
+    steps = Steps(
+        num_steps=len(rows),
+        num_forwards=forwards,
+        mean_step_ms=float(np.mean([(r["t_end"] - r["t_start"]) * 1e3 for r in rows])),
+        mean_cpu_ms_per_step=float(cpu.mean()),
+        mean_cpu_ms_per_forward=float(cpu.sum() / forwards) if forwards else None,
+        mean_cpu_ms_per_seq=float(cpu.sum() / running) if running else None,
+        mean_wait_ms=mean_of(WAIT_PHASE),
+        mean_schedule_ms=mean_of("schedule_ms"),
+        mean_prepare_ms=mean_of("prepare_ms"),
+        mean_sample_ms=mean_of("sample_ms"),
+        mean_output_ms=mean_of("output_ms"),
+        mean_ipc_ms=mean_of("ipc_ms"),
+        # tensor parallel: host time in collectives, spent inside the prepare and sample phases
+        mean_comm_ms=mean_of("comm_ms"),
+        mean_gpu_ms=float(np.mean(gpu)) if gpu else None,
+        gpu_busy_step_spans=gpu_busy_step_spans(rows),
+        gpu_idle_ms=None,
+    )
+    if gpu:
+        steps = _with_idle_gaps(steps, rows)
+    return with_utilization(steps, rows, StepCosts.from_run_config(config) if config else None)
 
 
-def _idle_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _with_idle_gaps(steps: Steps, rows: Sequence[dict[str, Any]]) -> Steps:
+    """`steps` with the GPU's idle gaps over the trials, and the idle time charged to each host phase
+    that overlapped it (a phase that overlapped none is left out)."""
     gaps = [gap for trial in _by_trial(rows) for gap in idle_gaps(trial)]
     by_phase: dict[str, float] = {}
     for gap in gaps:
         for phase, ms in gap["by_phase"].items():
             by_phase[phase] = by_phase.get(phase, 0.0) + ms
-    summary = {
-        "gpu_idle_ms": float(sum(gap["ms"] for gap in gaps)),
-        "num_gpu_idle_gaps": len(gaps),
-        "max_gpu_idle_gap_ms": float(max((gap["ms"] for gap in gaps), default=0.0)),
-    }
-    for phase, ms in sorted(by_phase.items()):
-        summary[f"gpu_idle_during_{phase}_ms"] = ms
-    return summary
+    return msgspec.structs.replace(
+        steps,
+        gpu_idle_ms=float(sum(gap["ms"] for gap in gaps)),
+        num_gpu_idle_gaps=len(gaps),
+        max_gpu_idle_gap_ms=float(max((gap["ms"] for gap in gaps), default=0.0)),
+        gpu_idle_during_between_steps_ms=by_phase.get(BETWEEN_STEPS, UNSET),
+        gpu_idle_during_other_ms=by_phase.get(OTHER, UNSET),
+        gpu_idle_during_output_ms=by_phase.get("output", UNSET),
+        gpu_idle_during_prepare_ms=by_phase.get("prepare", UNSET),
+        gpu_idle_during_sample_ms=by_phase.get("sample", UNSET),
+        gpu_idle_during_schedule_ms=by_phase.get("schedule", UNSET),
+    )
+
+
+def median_steps(trials: Sequence[Steps]) -> Steps:
+    """Each figure's median over repeated trials (median_over_trials), the GPU clocks pooled: the
+    median over readings, which are not numbers, would keep the first trial's."""
+    steps = msgspec.convert(median_over_trials([msgspec.to_builtins(t) for t in trials]), Steps)
+    clock = merge_readings([msgspec.to_builtins(known(t.gpu_clock)) for t in trials])
+    return msgspec.structs.replace(steps, gpu_clock=msgspec.convert(clock, GpuClock)) if clock else steps

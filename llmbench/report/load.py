@@ -22,7 +22,6 @@ from llmbench.results.ablation import Ablation
 from llmbench.results.json_file import ResultFileError, StudyFile
 from llmbench.results.metrics import Metrics
 from llmbench.results.records import RequestRecord
-from llmbench.results.steps import Steps
 from llmbench.results.summary import SCHEMA_VERSION, RunSummary
 from llmbench.results.sweep import Sweep
 
@@ -194,11 +193,10 @@ def _rebuild_summary(
     slo = _slo(config.get("slo"))
     trial_ids = sorted({r.trial for r in records})
     trials = [compute_metrics([r for r in records if r.trial == t], percentiles, slo) for t in trial_ids]
-    step_rows = steps.to_dict("records") if steps is not None else []
-    try:
-        rebuilt_steps = msgspec.convert(summarize_steps(step_rows, config), Steps)
-    except msgspec.ValidationError as e:
-        raise ReportError(f"{path / 'steps.csv'}: {e}") from None
+    if steps is not None and "num_steps" in steps and steps["num_steps"].isna().any():
+        # a row cut short when the run was killed: how many forwards the steps ran is unknown
+        raise ReportError(f"{path / 'steps.csv'}: a row without num_steps")
+    rebuilt_steps = summarize_steps(steps.to_dict("records") if steps is not None else [], config)
     if summary is None:
         summary = RunSummary(
             schema_version=SCHEMA_VERSION,

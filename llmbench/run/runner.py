@@ -25,7 +25,7 @@ from llmbench.engine.core.gc_heap import freeze_heap
 from llmbench.metrics.client import client_summary
 from llmbench.metrics.models import per_model_metrics
 from llmbench.metrics.requests import compute_metrics
-from llmbench.metrics.roofline import bound_summary
+from llmbench.metrics.roofline import with_bound
 from llmbench.metrics.steps import summarize_steps
 from llmbench.metrics.turns import per_turn_metrics
 from llmbench.profiling.window import STEP_HOOK, window_from_env
@@ -109,6 +109,9 @@ def run_benchmark(
                 state.window.close()
             if profiler is not None:  # the server's window ends with the trials, a stop's included
                 profiler.stop(auth_headers(config.backend.api_key_env))
+            # the step log's figures, then the bound's and the GPU's added to them
+            step_summary = summarize_steps(state.steps.rows, config_dict)
+            step_summary = with_bound(step_summary, state.steps.rows, config_dict, ceilings, trial_metrics)
             summary = build_summary(
                 name=config.name,
                 complete=complete,
@@ -116,9 +119,7 @@ def run_benchmark(
                 config=config_dict,
                 environment=collect_environment(),
                 trials=trial_metrics,
-                steps=summarize_steps(state.steps.rows, config_dict)
-                | bound_summary(state.steps.rows, config_dict, ceilings, trial_metrics)
-                | telemetry.steps_summary(trial_metrics),
+                steps=telemetry.with_gpu_figures(step_summary, trial_metrics),
             )
             telemetry.finish(summary, run_dir)
             summary.client = client_summary(

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
+
+import msgspec
+from msgspec import UNSET
 
 from llmbench.config.schema import RunConfig
-from llmbench.device.ceilings import run_clocks, why_no_gpu_samples
+from llmbench.device.ceilings import why_no_gpu_samples
 from llmbench.device.clocks import ClockSampler
-from llmbench.device.power import no_power, power_series, power_summary
+from llmbench.device.power import Power, no_power, power_series, power_summary
 from llmbench.results.files import write_atomic
 from llmbench.results.metrics import Metrics
+from llmbench.results.steps import GpuClock, Steps
 from llmbench.results.summary import RunSummary
 from llmbench.run.scrape import MetricsScraper, metrics_url
 
@@ -37,15 +40,20 @@ class Telemetry:
     def __exit__(self, *exc) -> None:
         self._stack.close()
 
-    def steps_summary(self, trial_metrics: list[Metrics]) -> dict[str, Any]:
-        """The GPU's figures over the timed trials, for summary.json's steps: energy, joules per output
-        token and power (null, with the reason, without a GPU to read), then the SM clock."""
+    def with_gpu_figures(self, steps: Steps, trial_metrics: list[Metrics]) -> Steps:
+        """`steps` with the GPU's figures over the timed trials: energy, joules per output token and
+        power (null, with the reason, without a GPU to read), then the SM clock."""
         if self.clocks is None:
-            return no_power(why_no_gpu_samples(self.config))
+            return _with_power(steps, no_power(why_no_gpu_samples(self.config)))
         output_tokens = [m.total_output_tokens for m in trial_metrics]
         power = power_summary(self.clocks.samples, self.clocks.spans, output_tokens)
         self.gpu_series = power_series(self.clocks.samples, self.run_start)
-        return power | run_clocks(self.clocks)  # run_clocks takes the samples: after the power's
+        steps = _with_power(steps, power)
+        clock = self.clocks.take()  # which clears the samples: after the power's
+        if clock is None:
+            return steps
+        reading = msgspec.convert(clock, GpuClock, from_attributes=True)
+        return msgspec.structs.replace(steps, gpu_clock=reading)
 
     def finish(self, summary: RunSummary, run_dir: Path) -> None:
         """The server's figures into the summary; the GPU's samples into gpu_samples.csv and the
@@ -61,3 +69,16 @@ class Telemetry:
         summary.server_metrics = self.scraper.summary()
         if self.scraper.rows:
             write_atomic(Path(run_dir) / "server_metrics.csv", self.scraper.csv_text())
+
+
+def _with_power(steps: Steps, power: Power) -> Steps:
+    return msgspec.structs.replace(
+        steps,
+        energy_j=power.energy_j,
+        joules_per_output_token=power.joules_per_output_token,
+        joules_per_output_token_by_trial=power.joules_per_output_token_by_trial,
+        mean_power_w=power.mean_power_w,
+        max_power_w=power.max_power_w,
+        max_memory_used_gb=power.max_memory_used_gb,
+        power_unavailable=UNSET if power.unavailable is None else power.unavailable,
+    )

@@ -19,14 +19,12 @@ import msgspec
 
 from llmbench.config.load import load_config
 from llmbench.config.schema import RunConfig
-from llmbench.device.clocks import merge_readings
 from llmbench.metrics.requests import median_over_trials
+from llmbench.metrics.steps import median_steps
 from llmbench.metrics.trial_stats import bootstrap_median_ci, bootstrap_ratio_ci, ratio
 from llmbench.results.ablation import Ablation, Effect, Intervals, Toggles, Trial
 from llmbench.results.ablation import Variant as Measured
-from llmbench.results.json_file import known
 from llmbench.results.metrics import Metrics, file_metrics, type_metrics
-from llmbench.results.steps import Steps
 from llmbench.results.summary import RunSummary
 from llmbench.run.result_files import default_run_dir
 from llmbench.studies.study import StudyResult, run_point
@@ -237,12 +235,11 @@ def _entry(variant: Variant, done: list[Trial]) -> Measured:
     """A variant's medians over its trials, their 95% intervals, and every trial's own figures."""
     throughputs = [_throughput(t) for t in done]
     median_trial = done[sorted(range(len(done)), key=throughputs.__getitem__)[(len(done) - 1) // 2]]
-    steps = median_over_trials([msgspec.to_builtins(t.steps) for t in done]) | _clock(done)
     return Measured(
         name=variant.name,
         toggles=variant.toggles,
         metrics=_median_metrics(done),
-        steps=msgspec.convert(steps, Steps),
+        steps=median_steps([t.steps for t in done]),
         run_dir=median_trial.run_dir,  # the trial at the median throughput
         intervals=Intervals(
             output_throughput=_interval([t.metrics and t.metrics.output_throughput for t in done]),
@@ -261,12 +258,6 @@ def _median_metrics(done: list[Trial]) -> Metrics | None:
 
 def _throughput(trial: Trial) -> float:
     return (trial.metrics.output_throughput if trial.metrics else 0.0) or 0.0
-
-
-def _clock(done: list[Trial]) -> dict[str, Any]:
-    """The trials' GPU clocks pooled (a dict each: the median over trials would keep the first)."""
-    merged = merge_readings([msgspec.to_builtins(known(t.steps.gpu_clock)) for t in done])
-    return {"gpu_clock": merged} if merged else {}
 
 
 def _interval(values: list[float | None]) -> list[float] | None:

@@ -1,6 +1,7 @@
 """Power and energy from NVML readings: the reader against a fake pynvml (the boundary NVML is read
 through), and the arithmetic of a run's energy, joules per token and mean power over its trials."""
 
+import dataclasses
 import sys
 import time
 import types
@@ -13,10 +14,11 @@ import torch
 from llmbench.config.load import parse_config
 from llmbench.device.clocks import ClockSampler
 from llmbench.device.nvml import GpuSample, NvmlUnavailable, open_reader
-from llmbench.device.power import POWER_KEYS, no_power, power_series, power_summary
+from llmbench.device.power import Power, no_power, power_series, power_summary
 from llmbench.metrics.requests import compute_metrics
 from llmbench.report.telemetry_plots import power_over_time
 from llmbench.results.metrics import Metrics
+from llmbench.results.steps import Steps
 from llmbench.run.telemetry import Telemetry
 
 
@@ -113,37 +115,36 @@ def test_energy_is_the_counter_s_increase_over_each_trial_not_over_the_gap_betwe
         [0, 1, 2, 10, 10.5, 11], [1000, 1150, 1300, 5300, 5400, 5500], powers=[100, 900, 150, 200, 200, 200]
     )
     summary = power_summary(run, spans=[0, 3], trial_output_tokens=[600, 400])
-    assert summary["energy_j"] == pytest.approx(500)
-    assert summary["joules_per_output_token"] == pytest.approx(0.5)
-    assert summary["joules_per_output_token_by_trial"] == pytest.approx([0.5, 0.5])
-    assert summary["mean_power_w"] == pytest.approx(500 / 3)  # energy over the sampled 3 s
-    assert summary["max_power_w"] == 900
-    assert "power_unavailable" not in summary
+    assert summary.energy_j == pytest.approx(500)
+    assert summary.joules_per_output_token == pytest.approx(0.5)
+    assert summary.joules_per_output_token_by_trial == pytest.approx([0.5, 0.5])
+    assert summary.mean_power_w == pytest.approx(500 / 3)  # energy over the sampled 3 s
+    assert summary.max_power_w == 900
+    assert summary.unavailable is None
 
 
 def test_each_trial_has_its_joules_per_token_and_one_without_samples_adds_nothing():
     # trial 0: 300 J for 100 tokens; trial 1 ended before the sampler's first read; trial 2: 100 J for 200
     run = samples([0, 1, 2, 5, 6], [1000, 1100, 1300, 2000, 2100])
     summary = power_summary(run, spans=[0, 3, 3], trial_output_tokens=[100, 50, 200])
-    assert summary["energy_j"] == pytest.approx(400)
-    assert summary["joules_per_output_token"] == pytest.approx(400 / 350)
-    assert summary["joules_per_output_token_by_trial"] == pytest.approx([3.0, None, 0.5])
+    assert summary.energy_j == pytest.approx(400)
+    assert summary.joules_per_output_token == pytest.approx(400 / 350)
+    assert summary.joules_per_output_token_by_trial == pytest.approx([3.0, None, 0.5])
 
 
 def test_without_a_counter_power_is_averaged_and_energy_stays_unknown():
     run = samples([0, 1, 2], [None, None, None], powers=[100, 200, 300], memory=[1e9, 3e9, 2e9])
     summary = power_summary(run, spans=[0], trial_output_tokens=[10])
-    assert summary["energy_j"] is None and summary["joules_per_output_token"] is None
-    assert summary["joules_per_output_token_by_trial"] is None
-    assert summary["mean_power_w"] == 200 and summary["max_memory_used_gb"] == 3
-    assert "no energy counter" in summary["power_unavailable"]
+    assert summary.energy_j is None and summary.joules_per_output_token is None
+    assert summary.joules_per_output_token_by_trial is None
+    assert summary.mean_power_w == 200 and summary.max_memory_used_gb == 3
+    assert "no energy counter" in summary.unavailable
 
 
 def test_without_samples_every_key_is_null_with_the_reason():
-    assert power_summary([], [], [10])["power_unavailable"] == "no GPU sample was taken"
-    reading = no_power("device cpu: no NVIDIA GPU to read")
-    assert all(reading[key] is None for key in POWER_KEYS)
-    assert reading["power_unavailable"] == "device cpu: no NVIDIA GPU to read"
+    assert power_summary([], [], [10]) == Power(unavailable="no GPU sample was taken")
+    reason = "device cpu: no NVIDIA GPU to read"
+    assert no_power(reason) == Power(unavailable=reason)
 
 
 def test_the_plotted_series_is_thinned_and_starts_at_the_run_start():
@@ -175,12 +176,12 @@ def test_the_run_s_sampler_gives_energy_per_trial_and_joules_per_token(fake_gpu,
         nvml.energy_mj += 500_000
     spans = [*sampler.spans, len(sampler.samples)]
     reads = [b - a for a, b in zip(spans, spans[1:], strict=False)]
-    steps = telemetry.steps_summary([_trial(40), _trial(60)])
-    assert steps["energy_j"] == pytest.approx(sum(n - 1 for n in reads))  # 1 J a read, within each trial
-    assert steps["joules_per_output_token"] == pytest.approx(steps["energy_j"] / 100)
+    steps = telemetry.with_gpu_figures(Steps(num_steps=0), [_trial(40), _trial(60)])
+    assert steps.energy_j == pytest.approx(sum(n - 1 for n in reads))  # 1 J a read, within each trial
+    assert steps.joules_per_output_token == pytest.approx(steps.energy_j / 100)
     by_trial = [(reads[0] - 1) / 40, (reads[1] - 1) / 60]
-    assert steps["joules_per_output_token_by_trial"] == pytest.approx(by_trial)
-    assert steps["max_power_w"] == 650.0 and steps["gpu_clock"]["sm_clock_mhz"] == 1785
+    assert steps.joules_per_output_token_by_trial == pytest.approx(by_trial)
+    assert steps.max_power_w == 650.0 and steps.gpu_clock.sm_clock_mhz == 1785
     assert sampler.samples == [] and sampler.spans == []  # the clock reading took them
     telemetry.finish({}, tmp_path)
     lines = (tmp_path / "gpu_samples.csv").read_text().splitlines()
@@ -194,7 +195,8 @@ def test_a_cpu_run_has_the_power_keys_null_with_the_reason(tmp_path):
     from tests.llmbench.null_run import NULL_RUN
 
     steps = run_benchmark(parse_config(NULL_RUN), tmp_path / "run").summary.to_dict()["steps"]
-    assert all(steps[key] is None for key in POWER_KEYS)
+    figures = [f.name for f in dataclasses.fields(Power) if f.name != "unavailable"]
+    assert all(steps[key] is None for key in figures)
     assert steps["power_unavailable"] == "model.executor null: no model runs on a GPU"
     assert not (tmp_path / "run" / "gpu_samples.csv").exists()
 

@@ -5,6 +5,7 @@ import io
 import json
 from pathlib import Path
 
+import msgspec
 from rich.console import Console
 
 from llmbench.gate.compare import REGRESSION, compare_summaries, parse_metric_spec
@@ -33,7 +34,7 @@ def rows() -> list[dict]:
 
 def test_summary_names_the_figure_step_spans():
     steps = summarize_steps(rows())
-    assert steps["gpu_busy_step_spans"] == 13 / 20 and "gpu_busy_fraction" not in steps
+    assert steps.gpu_busy_step_spans == 13 / 20 and "gpu_busy_fraction" not in msgspec.to_builtins(steps)
 
 
 def test_compare_reads_the_old_name_in_an_older_baseline(tmp_path):

@@ -161,12 +161,12 @@ def test_step_summary():
         },
     ]
     s = summarize_steps(rows)
-    assert s["num_steps"] == 2
-    assert s["mean_step_ms"] == pytest.approx(15.0)
-    assert s["mean_cpu_ms_per_step"] == pytest.approx(5.0)  # the sample phase is the wait, apart
-    assert s["mean_wait_ms"] == pytest.approx(2.0)
-    assert s["mean_gpu_ms"] == pytest.approx(4.0)
-    assert summarize_steps([])["num_steps"] == 0
+    assert s.num_steps == 2
+    assert s.mean_step_ms == pytest.approx(15.0)
+    assert s.mean_cpu_ms_per_step == pytest.approx(5.0)  # the sample phase is the wait, apart
+    assert s.mean_wait_ms == pytest.approx(2.0)
+    assert s.mean_gpu_ms == pytest.approx(4.0)
+    assert summarize_steps([]).num_steps == 0
 
 
 def test_median_over_trials_keeps_values_that_are_not_numbers():

@@ -10,6 +10,7 @@ from llmbench.metrics.steps import (
     merge_intervals,
     summarize_steps,
 )
+from llmbench.results.steps import Steps
 from tests.llmbench.metrics.tiny_counts import TINY_KV_BYTES_PER_TOKEN, TINY_MATMUL_PARAMS, TINY_PARAM_BYTES
 
 MS = 1e-3
@@ -80,8 +81,8 @@ def test_without_gpu_timing_gpu_figures_are_none_not_zero():
     assert gpu_busy_step_spans(rows) is None
     assert idle_gaps(rows) == []
     s = summarize_steps(rows, TINY)
-    assert s["gpu_busy_step_spans"] is None and s["gpu_idle_ms"] is None
-    assert s["mean_gpu_ms"] is None and s["mbu"] is None and s["mfu"] is None
+    assert s.gpu_busy_step_spans is None and s.gpu_idle_ms is None
+    assert s.mean_gpu_ms is None and s.mbu is None and s.mfu is None
     columns = derived_columns(rows[0], StepCosts.from_run_config(TINY))
     assert columns["cpu_ms"] == 1.0 and math.isnan(columns["mbu"]) and math.isnan(columns["mfu"])
 
@@ -109,11 +110,11 @@ def test_idle_gaps_are_charged_to_the_overlapping_host_phases():
     assert gaps[2]["by_phase"] == pytest.approx({"sample": 0.5, "output": 0.5, "other": 1.0})
 
     s = summarize_steps(rows)
-    assert s["gpu_busy_step_spans"] == pytest.approx(7.5 / 21)
-    assert s["gpu_idle_ms"] == pytest.approx(21 - 7.5)
-    assert s["num_gpu_idle_gaps"] == 3 and s["max_gpu_idle_gap_ms"] == pytest.approx(6.5)
-    assert s["gpu_idle_during_prepare_ms"] == pytest.approx(5.5)
-    assert s["gpu_idle_during_between_steps_ms"] == pytest.approx(2.0)
+    assert s.gpu_busy_step_spans == pytest.approx(7.5 / 21)
+    assert s.gpu_idle_ms == pytest.approx(21 - 7.5)
+    assert s.num_gpu_idle_gaps == 3 and s.max_gpu_idle_gap_ms == pytest.approx(6.5)
+    assert s.gpu_idle_during_prepare_ms == pytest.approx(5.5)
+    assert s.gpu_idle_during_between_steps_ms == pytest.approx(2.0)
 
 
 def test_cpu_overhead_per_step_forward_and_sequence():
@@ -124,15 +125,15 @@ def test_cpu_overhead_per_step_forward_and_sequence():
              num_steps=8, num_running=12),
     ]  # fmt: skip
     s = summarize_steps(rows)
-    assert s["num_steps"] == 2 and s["num_forwards"] == 9
-    assert s["mean_step_ms"] == pytest.approx(15.0)
-    assert s["mean_cpu_ms_per_step"] == pytest.approx(5.5)
-    assert s["mean_cpu_ms_per_forward"] == pytest.approx(11 / 9)
-    assert s["mean_cpu_ms_per_seq"] == pytest.approx(11 / 16)
-    assert s["mean_wait_ms"] == pytest.approx(2.0)
-    assert s["mean_ipc_ms"] == pytest.approx(0.5) and s["mean_sample_ms"] == pytest.approx(2.0)
+    assert s.num_steps == 2 and s.num_forwards == 9
+    assert s.mean_step_ms == pytest.approx(15.0)
+    assert s.mean_cpu_ms_per_step == pytest.approx(5.5)
+    assert s.mean_cpu_ms_per_forward == pytest.approx(11 / 9)
+    assert s.mean_cpu_ms_per_seq == pytest.approx(11 / 16)
+    assert s.mean_wait_ms == pytest.approx(2.0)
+    assert s.mean_ipc_ms == pytest.approx(0.5) and s.mean_sample_ms == pytest.approx(2.0)
     assert [derived_columns(r, None)["cpu_ms"] for r in rows] == [4.0, 7.0]
-    assert summarize_steps([])["num_steps"] == 0
+    assert summarize_steps([]) == Steps(num_steps=0)
 
 
 def test_mbu_and_mfu_of_a_decode_step():
@@ -146,8 +147,8 @@ def test_mbu_and_mfu_of_a_decode_step():
     assert mbu == pytest.approx(nbytes / 0.5e-3 / 1e9)
     assert mfu == pytest.approx(flops / 0.5e-3 / 1e9)
     s = summarize_steps([row], TINY)
-    assert s["mbu"] == pytest.approx(mbu) and s["mfu"] == pytest.approx(mfu)
-    assert s["peaks_source"] == "config" and s["peak_bandwidth_bytes_per_s"] == 1e9
+    assert s.mbu == pytest.approx(mbu) and s.mfu == pytest.approx(mfu)
+    assert s.peaks_source == "config" and s.peak_bandwidth_bytes_per_s == 1e9
 
 
 def test_multi_step_reads_one_more_kv_position_per_sequence_each_forward():

@@ -191,6 +191,14 @@ def test_incomplete_run_is_recomputed_from_requests(tmp_path):
     assert "INCOMPLETE" in html
 
 
+def test_a_step_row_cut_short_is_a_report_error(tmp_path):
+    cut = make_run_dir(tmp_path / "cut", complete=False)
+    with open(cut / "steps.csv", "a") as f:
+        f.write("0,999,1.0,1.1,0,1\n")  # killed mid-write: no num_steps
+    with pytest.raises(ReportError, match=r"steps.csv: a row without num_steps"):
+        load_run(cut)
+
+
 def test_summary_marked_incomplete_is_recomputed(tmp_path):
     run_dir = make_run_dir(tmp_path / "run")
     summary = json.loads((run_dir / "summary.json").read_text())
