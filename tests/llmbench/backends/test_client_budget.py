@@ -106,5 +106,12 @@ def test_the_runners_own_delay_shows_in_the_schedule_lag_with_worker_processes(t
 
     monkeypatch.setattr(phase, "_submit", slow_submit)
     with MockServer(MockSettings(ttft_ms=0, itl_ms=0, output_tokens=1)) as mock:
-        client = run(mock, tmp_path, "backend.workers=2", "workload.max_concurrency=2")
+        client = run(
+            mock,
+            tmp_path,
+            "backend.workers=2",
+            "workload.max_concurrency=2",
+            "workload.num_requests=6",
+            "workload.warmup_requests=0",
+        )
     assert client["schedule_lag_ms"]["max"] >= 100
