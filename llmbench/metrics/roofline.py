@@ -135,20 +135,7 @@ def _with_step_kinds(
         kind[0] += gpu_s
         kind[1] += bound
         kind[2] += serial
-    if "prefill" in totals:
-        gpu_s, bound, serial = totals["prefill"]
-        steps = msgspec.structs.replace(
-            steps,
-            prefill_steps_gpu_s=gpu_s,
-            prefill_steps_of_bound=bound / gpu_s,
-            prefill_steps_of_serial_bound=serial / gpu_s,
-        )
-    if "decode" in totals:
-        gpu_s, bound, serial = totals["decode"]
-        steps = msgspec.structs.replace(
-            steps,
-            decode_steps_gpu_s=gpu_s,
-            decode_steps_of_bound=bound / gpu_s,
-            decode_steps_of_serial_bound=serial / gpu_s,
-        )
+    for kind, (gpu_s, bound, serial) in totals.items():
+        figures = {"gpu_s": gpu_s, "of_bound": bound / gpu_s, "of_serial_bound": serial / gpu_s}
+        steps = msgspec.structs.replace(steps, **{f"{kind}_steps_{name}": v for name, v in figures.items()})
     return steps
